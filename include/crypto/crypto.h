@@ -1,0 +1,51 @@
+/* crypto.h: the project's only door to OpenSSL libcrypto (AES-CTR, SHA-256, HMAC, random). */
+#ifndef MTPROXY_CRYPTO_CRYPTO_H
+#define MTPROXY_CRYPTO_CRYPTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CRYPTO_KEY_LEN 32
+#define CRYPTO_IV_LEN 16
+#define CRYPTO_SHA256_LEN 32
+
+/* One AES-256-CTR stream (key schedule + counter + keystream position). Opaque: the
+ * OpenSSL context behind it is allocated once and re-keyed with crypto_ctr_init(), so a
+ * connection slot reused from a free list never mallocs on the hot path. */
+struct crypto_ctr;
+
+/* Allocates an un-keyed stream. Returns NULL on allocation failure. */
+struct crypto_ctr *crypto_ctr_new(void);
+
+/* Frees a stream (NULL is fine). */
+void crypto_ctr_free(struct crypto_ctr *c);
+
+/* (Re)keys the stream: key 32 bytes, iv 16 bytes = initial big-endian 128-bit counter.
+ * Keystream position returns to 0. Returns 0, or -1 if OpenSSL failed. */
+int crypto_ctr_init(struct crypto_ctr *c, const uint8_t key[CRYPTO_KEY_LEN],
+                    const uint8_t iv[CRYPTO_IV_LEN]);
+
+/* XORs len bytes of keystream into buf in place (encrypt == decrypt) and advances the
+ * position by len. in may equal out; otherwise the ranges must not overlap. */
+void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, size_t len);
+
+/* One-shot: out = in XOR keystream(key, iv)[0..len). No allocation after the first call on
+ * a thread. For trying a header against many secrets. */
+void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
+                        const uint8_t *in, uint8_t *out, size_t len);
+
+/* SHA-256 of a || b (either may be empty). */
+void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
+                   uint8_t out[CRYPTO_SHA256_LEN]);
+
+/* HMAC-SHA256(key, data). */
+void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
+                        uint8_t out[CRYPTO_SHA256_LEN]);
+
+/* Fills buf with len cryptographically strong random bytes. Returns 0, or -1 on failure. */
+int crypto_random(void *buf, size_t len);
+
+/* Constant-time comparison: 1 if the n bytes are equal, else 0. */
+int crypto_memeq(const void *a, const void *b, size_t n);
+
+#endif
