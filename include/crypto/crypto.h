@@ -26,19 +26,26 @@ int crypto_ctr_init(struct crypto_ctr *c, const uint8_t key[CRYPTO_KEY_LEN],
                     const uint8_t iv[CRYPTO_IV_LEN]);
 
 /* XORs len bytes of keystream into buf in place (encrypt == decrypt) and advances the
- * position by len. in may equal out; otherwise the ranges must not overlap. */
+ * position by len. in may equal out; otherwise the ranges must not overlap. Fails closed: on
+ * a stream that is not keyed (or if OpenSSL fails) out is zero-filled, never left as plaintext. */
 void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, size_t len);
 
 /* One-shot: out = in XOR keystream(key, iv)[0..len). No allocation after the first call on
- * a thread. For trying a header against many secrets. */
+ * a thread. For trying a header against many secrets. Fails closed like crypto_ctr_apply. */
 void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
                         const uint8_t *in, uint8_t *out, size_t len);
 
-/* SHA-256 of a || b (either may be empty). */
+/* Frees the calling thread's cached one-shot context (see crypto_ctr_oneshot). Call it before
+ * a thread that used crypto_ctr_oneshot exits, or the context leaks. Safe to call at any time,
+ * and more than once; the next crypto_ctr_oneshot on the thread allocates a new context. */
+void crypto_thread_cleanup(void);
+
+/* SHA-256 of a || b (either may be empty). If OpenSSL fails, out is filled with random bytes
+ * (so it matches nothing); if the random source fails too, the process aborts. */
 void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
                    uint8_t out[CRYPTO_SHA256_LEN]);
 
-/* HMAC-SHA256(key, data). */
+/* HMAC-SHA256(key, data). Fails like crypto_sha256. */
 void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
                         uint8_t out[CRYPTO_SHA256_LEN]);
 

@@ -8,6 +8,8 @@
 #define SECRET_KEY_LEN 16
 #define SECRET_NAME_MAX 64
 #define SECRET_DOMAIN_MAX 182 /* tdlib's MAX_DOMAIN_LENGTH */
+/* Buffer size for secret_to_hex that fits every kind: "ee" + key + domain in hex + NUL. */
+#define SECRET_HEX_MAX (2 + 2 * SECRET_KEY_LEN + 2 * SECRET_DOMAIN_MAX + 1)
 
 /* Which client kinds a secret serves; also used as a bit mask of allowed kinds. */
 enum secret_kind {
@@ -39,7 +41,9 @@ int secret_to_hex(const struct secret *s, char *out, size_t outlen);
 
 /* Writes the two invitation links for host:port, each NUL-terminated:
  * tg://proxy?server=HOST&port=PORT&secret=HEX and https://t.me/proxy?... .
- * Returns 0, or -1 if a buffer is too small. */
+ * An IPv6 host is written bare (brackets, if given, are dropped: Telegram Android parses the
+ * server with inet_pton); bytes outside [A-Za-z0-9-._~:] are percent-encoded.
+ * Returns 0, or -1 if a buffer is too small, host is NULL or empty, or port is not 1..65535. */
 int secret_links(const struct secret *s, const char *host, int port, char *tg, size_t tglen,
                  char *https, size_t httpslen);
 

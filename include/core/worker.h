@@ -1,0 +1,89 @@
+/* worker.h: one thread, one libev loop, its own SO_REUSEPORT listeners; knows no protocol. */
+#ifndef MTPROXY_CORE_WORKER_H
+#define MTPROXY_CORE_WORKER_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/sock.h"
+
+struct worker;
+
+/* Called for every accepted socket (nonblocking, close-on-exec). The handler owns fd. */
+typedef void (*worker_accept_fn)(struct worker *w, int fd, const struct sock_addr *peer);
+
+/* Called in the worker thread when the worker is asked to stop: close everything, then
+ * return; the loop ends once no watcher is left active or after the call. */
+typedef void (*worker_stop_fn)(struct worker *w);
+
+/* Called in the worker thread when main posts a command (worker_post). */
+typedef void (*worker_cmd_fn)(struct worker *w, int cmd);
+
+struct worker_listener {
+    struct worker *w;
+    int fd;
+    ev_io io;
+};
+
+#define WORKER_MAX_LISTENERS 16
+
+/* Counters owned by the worker thread; others read them relaxed (for stats). */
+struct worker_stats {
+    _Atomic uint64_t accepted;
+    _Atomic uint64_t accept_errors;     /* other than EAGAIN/EINTR/ECONNABORTED */
+    _Atomic uint64_t accept_fd_limit;   /* EMFILE / ENFILE hits */
+    _Atomic uint64_t accept_pauses;     /* times accepting paused because the owner said full */
+};
+
+struct worker {
+    int id;
+    struct ev_loop *loop;
+    pthread_t thread;
+    int started;
+    struct worker_listener listeners[WORKER_MAX_LISTENERS];
+    int nlisteners;
+    int paused;           /* listeners stopped because the owner is full */
+    ev_timer fd_retry;    /* listeners stopped after EMFILE/ENFILE; retried on this timer */
+    ev_async wake;
+    _Atomic int stop_requested;
+    _Atomic int cmd_pending;
+    worker_accept_fn on_accept;
+    worker_stop_fn on_stop;
+    worker_cmd_fn on_cmd;
+    void *ctx; /* the owner's per-worker state */
+    struct worker_stats stats;
+};
+
+/* Relaxed increment by the owning thread (a plain add, no lock prefix). */
+#define WORKER_STAT_INC(p) atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1, memory_order_relaxed)
+
+/* Sets up a worker with a fresh libev loop. Returns 0, or -1. */
+int worker_init(struct worker *w, int id, worker_accept_fn on_accept, worker_stop_fn on_stop,
+                worker_cmd_fn on_cmd, void *ctx);
+
+/* Adds a listening socket (created by main before privileges are dropped). The worker
+ * owns it from now on. Returns 0, or -1 if too many. */
+int worker_add_listener(struct worker *w, int fd);
+
+/* Starts the thread running the loop. Returns 0, or an errno value. */
+int worker_start(struct worker *w);
+
+/* Runs the loop in the calling thread until stopped (for tests and single-thread mode). */
+void worker_run(struct worker *w);
+
+/* From any thread: asks the worker to stop (on_stop runs in the worker thread). */
+void worker_request_stop(struct worker *w);
+
+/* From any thread: posts a small command (bit mask) handled by on_cmd in the worker. */
+void worker_post(struct worker *w, int cmd);
+
+/* Waits for the thread to end and frees the loop and listeners. */
+void worker_join(struct worker *w);
+
+/* In the worker thread: stop / resume accepting because the owner is full. */
+void worker_pause_accept(struct worker *w);
+void worker_resume_accept(struct worker *w);
+
+#endif

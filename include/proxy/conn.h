@@ -1,0 +1,123 @@
+/* conn.h: a client connection as a state machine in one worker's loop, and its relay. */
+#ifndef MTPROXY_PROXY_CONN_H
+#define MTPROXY_PROXY_CONN_H
+
+#include <ev.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/sock.h"
+#include "core/worker.h"
+#include "crypto/crypto.h"
+#include "proto/obfs2.h"
+#include "proxy/dc.h"
+#include "proxy/options.h"
+
+/* States: accepted -> HEADER -> CONNECTING -> RELAY -> (closed); a bad header -> HOLD. */
+enum conn_state {
+    CS_FREE = 0,
+    CS_HEADER,     /* reading the client's 64-byte obfuscated2 header */
+    CS_CONNECTING, /* header accepted; connecting to the DC */
+    CS_RELAY,      /* both sides open (or half-closed); bytes flow */
+    CS_HOLD,       /* bad client: read and discard silently until a random deadline */
+};
+
+/* Why a connection ended: logged once and counted. */
+enum conn_reason {
+    CR_DONE = 0,          /* both sides closed cleanly (EOF both ways, drained) */
+    CR_CLIENT_CLOSED,     /* client closed or reset before the relay ended cleanly */
+    CR_DC_CLOSED,         /* DC reset or errored */
+    CR_CLIENT_EARLY_EOF,  /* client closed during the header */
+    CR_HANDSHAKE_TIMEOUT, /* header not complete in time */
+    CR_BAD_HEADER,        /* no secret yields a valid tag (held, then closed) */
+    CR_DC_UNREACHABLE,    /* every address of the DC failed or timed out */
+    CR_IDLE,              /* no bytes either way for idle-timeout */
+    CR_NO_MEMORY,         /* could not get a cipher context or buffer */
+    CR_SHUTDOWN,          /* proxy stopping */
+    CR_COUNT
+};
+
+const char *conn_reason_name(enum conn_reason r);
+
+/* One socket of a connection and the bytes queued to be written to it. */
+struct conn_side {
+    int fd;
+    ev_io io;
+    unsigned events;             /* events io is started with (0 = stopped) */
+    struct arena_block *qhead, *qtail;
+    size_t queued;               /* bytes waiting in qhead..qtail */
+    uint8_t rd_eof;              /* read returned 0 */
+    uint8_t wr_shut;             /* shutdown(SHUT_WR) done */
+};
+
+struct proxy_worker;
+
+struct conn {
+    void *pool_link; /* owned by the pool while the slot is free */
+    struct proxy_worker *pw;
+    struct conn *prev, *next;  /* the worker's live list */
+    struct conn *wait_next;    /* the worker's list of connections waiting for a block */
+    struct conn_side cli, dc;
+    /* The four AES-256-CTR streams; allocated once per slot, re-keyed per connection. */
+    struct crypto_ctr *cli_dec, *cli_enc, *dc_enc, *dc_dec;
+    ev_timer timer;            /* handshake / connect / idle / hold deadline by state */
+    ev_tstamp last_io;
+    uint64_t id;
+    uint64_t up_bytes, down_bytes; /* client->DC, DC->client payload bytes */
+    struct sock_addr peer;
+    uint32_t tag;
+    int16_t dc_id;             /* as the client asked */
+    int16_t dc_resolved;       /* the id whose addresses are used */
+    uint8_t state;
+    uint8_t secret_idx;
+    uint8_t hdr_len;
+    uint8_t waiting_block;
+    int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
+    uint8_t hdr[OBFS2_HDR_LEN];
+};
+
+/* Counters of one worker; written by it only (relaxed), summed by readers. */
+struct proxy_stats {
+    _Atomic uint64_t accepted;
+    _Atomic uint64_t active;
+    _Atomic uint64_t handshakes;       /* valid headers */
+    _Atomic uint64_t dc_connects;      /* DC connections established */
+    _Atomic uint64_t dc_connect_fails; /* failed attempts (one address each) */
+    _Atomic uint64_t bytes_up, bytes_down;
+    _Atomic uint64_t reads, writes;    /* relay read(2)/writev(2) calls */
+    _Atomic uint64_t block_waits;      /* times a connection waited for a buffer block */
+    _Atomic uint64_t closed[CR_COUNT];
+};
+
+/* Per-worker proxy state (the worker's ctx). */
+struct proxy_worker {
+    struct worker *w;
+    const struct options *opt;
+    const struct dc_table *dcs;
+    struct arena arena;
+    struct pool conns;
+    struct conn *live;
+    struct conn *waiters;
+    uint64_t next_id;
+    struct sock_opts sockopts;
+    struct proxy_stats stats;
+};
+
+/* Sets up the proxy state of worker w (index, of nworkers) and registers the proxy's
+ * handlers in w. Limits are the options' process-wide values divided by nworkers.
+ * Returns 0, or -1. */
+int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
+                      const struct dc_table *dcs, int nworkers);
+
+/* Frees the pools (after the worker's loop has ended). */
+void proxy_worker_destroy(struct proxy_worker *pw);
+
+/* Handlers given to core/worker (exposed for tests). */
+void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer);
+void proxy_on_stop(struct worker *w);
+
+/* Adds the counters of src into dst (relaxed reads of another thread's counters). */
+void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src);
+
+#endif

@@ -1,0 +1,82 @@
+/* options.h: the mtproxy configuration: one table of every key, its default and its help. */
+#ifndef MTPROXY_PROXY_OPTIONS_H
+#define MTPROXY_PROXY_OPTIONS_H
+
+#include <stddef.h>
+
+#include "core/config.h"
+#include "core/sock.h"
+#include "proto/secret.h"
+
+#define OPT_MAX_LISTEN 16
+#define OPT_MAX_SECRETS 64
+#define OPT_MAX_DC_ADDRS 128
+#define OPT_PATH_MAX 1024
+
+/* One configured DC address (`dc = ID ADDRESS:PORT`); several per id are tried in order. */
+struct opt_dc {
+    int id;
+    struct sock_addr addr;
+};
+
+enum opt_dc_family { OPT_DC_ANY = 0 };
+
+/* Everything the proxy is configured with. Immutable once workers start; a reload builds a
+ * new one and swaps the pointer (later issue). */
+struct options {
+    struct sock_addr listen[OPT_MAX_LISTEN];
+    int nlisten;
+    struct secret secrets[OPT_MAX_SECRETS];
+    int nsecrets;
+    struct opt_dc dcs[OPT_MAX_DC_ADDRS];
+    int ndcs;
+    int dc_builtin;
+    int default_dc;
+    int prefer_ipv6;
+    int only_ipv4;
+
+    int workers; /* 0 = one per core */
+    char public_host[256];
+    int public_port; /* 0 = the first listen port */
+
+    size_t block_size;
+    size_t max_buffer;    /* per direction per connection */
+    size_t buffer_memory; /* cap on relay blocks for the whole process (0 = no cap) */
+    int max_connections;  /* whole process; split evenly between workers */
+    int backlog;
+
+    unsigned handshake_timeout_ms;
+    unsigned connect_timeout_ms;
+    unsigned idle_timeout_ms;
+    unsigned tcp_keepalive_ms;
+    size_t sndbuf, rcvbuf;
+    int tcp_nodelay;
+
+    int log_level;
+    char log[OPT_PATH_MAX];
+    char user[64];
+    char pidfile[OPT_PATH_MAX];
+    int daemonize;
+    char state_file[OPT_PATH_MAX];
+};
+
+/* The option table (also drives --help and the documented mtproxy.conf). */
+extern const struct config_option options_table[];
+extern const size_t options_count;
+
+/* Starts a parse session with every default applied. */
+int options_init(struct config_parser *p, struct options *o);
+
+/* Cross-key checks after all sources are applied (e.g. max-buffer >= block-size); adds
+ * errors to p. Returns the number of errors added. */
+int options_validate(struct config_parser *p, struct options *o);
+
+/* Loads secrets from a state file written by options_save_state (same `secret = NAME:HEX`
+ * syntax as the config). Returns 1 if loaded, 0 if the file does not exist, -1 on error
+ * (message in err). */
+int options_load_state(struct options *o, const char *path, char *err, size_t errlen);
+
+/* Writes secret s to path atomically (mode 0600). Returns 0, or -1 with err. */
+int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen);
+
+#endif

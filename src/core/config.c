@@ -1,0 +1,349 @@
+/* config.c: one option table drives defaults, config files and command-line flags. */
+#include "core/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add_error(struct config_errors *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void add_error(struct config_errors *e, const char *fmt, ...)
+{
+    if (e->count < CONFIG_MAX_ERRORS) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg[e->count], CONFIG_ERR_LEN, fmt, ap);
+        va_end(ap);
+    }
+    e->count++;
+}
+
+int config_parse_int(const char *s, long long *out, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno) {
+        snprintf(err, errlen, "'%s' is not an integer", s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int config_parse_bool(const char *s, int *out, char *err, size_t errlen)
+{
+    static const char *const yes[] = {"on", "yes", "true", "1"};
+    static const char *const no[] = {"off", "no", "false", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0)
+            return *out = 1, 0;
+        if (strcasecmp(s, no[i]) == 0)
+            return *out = 0, 0;
+    }
+    snprintf(err, errlen, "'%s' is not on/off", s);
+    return -1;
+}
+
+/* Splits "123k" into a number and a suffix; returns -1 if no leading digits or overflow. */
+static int split_number(const char *s, unsigned long long *num, const char **suffix)
+{
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    char *end;
+    errno = 0;
+    *num = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    *suffix = end;
+    return 0;
+}
+
+int config_parse_size(const char *s, unsigned long long *out, char *err, size_t errlen)
+{
+    unsigned long long n;
+    const char *suf;
+    if (split_number(s, &n, &suf) == 0) {
+        unsigned shift = 0;
+        if (!strcasecmp(suf, "") || !strcasecmp(suf, "b"))
+            shift = 0;
+        else if (!strcasecmp(suf, "k") || !strcasecmp(suf, "kb") || !strcasecmp(suf, "kib"))
+            shift = 10;
+        else if (!strcasecmp(suf, "m") || !strcasecmp(suf, "mb") || !strcasecmp(suf, "mib"))
+            shift = 20;
+        else if (!strcasecmp(suf, "g") || !strcasecmp(suf, "gb") || !strcasecmp(suf, "gib"))
+            shift = 30;
+        else
+            goto bad;
+        if (shift && n > (UINT64_MAX >> shift))
+            goto bad;
+        *out = n << shift;
+        return 0;
+    }
+bad:
+    snprintf(err, errlen, "'%s' is not a size (e.g. 16384, 16k, 4M)", s);
+    return -1;
+}
+
+int config_parse_duration(const char *s, unsigned long long *ms, char *err, size_t errlen)
+{
+    unsigned long long n;
+    const char *suf;
+    if (split_number(s, &n, &suf) == 0) {
+        unsigned long long mul;
+        if (!strcmp(suf, "ms"))
+            mul = 1;
+        else if (!strcmp(suf, "") || !strcmp(suf, "s"))
+            mul = 1000;
+        else if (!strcmp(suf, "m"))
+            mul = 60000;
+        else if (!strcmp(suf, "h"))
+            mul = 3600000;
+        else
+            goto bad;
+        if (n > UINT64_MAX / mul)
+            goto bad;
+        *ms = n * mul;
+        return 0;
+    }
+bad:
+    snprintf(err, errlen, "'%s' is not a duration (e.g. 500ms, 10s, 5m, 1h)", s);
+    return -1;
+}
+
+/* Range check shared by INT, SIZE and DURATION (values printed in the option's own unit). */
+static int check_range(const struct config_option *o, long long v, char *err, size_t errlen)
+{
+    if (v < o->min || (o->max && v > o->max)) {
+        if (o->max)
+            snprintf(err, errlen, "%s must be between %lld and %lld", o->name, o->min, o->max);
+        else
+            snprintf(err, errlen, "%s must be at least %lld", o->name, o->min);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parses value into the field of option o. Returns 0, or -1 with err. */
+static int apply(const struct config_option *o, void *conf, const char *value, char *err,
+                 size_t errlen)
+{
+    char *field = (char *)conf + o->offset;
+    unsigned long long u;
+    long long v;
+    switch (o->type) {
+    case CFG_BOOL:
+        return config_parse_bool(value, (int *)(void *)field, err, errlen);
+    case CFG_INT:
+        if (config_parse_int(value, &v, err, errlen) || check_range(o, v, err, errlen))
+            return -1;
+        *(int *)(void *)field = (int)v;
+        return 0;
+    case CFG_SIZE:
+        if (config_parse_size(value, &u, err, errlen))
+            return -1;
+        if (u > (unsigned long long)INT64_MAX || check_range(o, (long long)u, err, errlen))
+            return -1;
+        *(size_t *)(void *)field = (size_t)u;
+        return 0;
+    case CFG_DURATION:
+        if (config_parse_duration(value, &u, err, errlen))
+            return -1;
+        if (u > UINT32_MAX) {
+            snprintf(err, errlen, "%s is too long", o->name);
+            return -1;
+        }
+        if (check_range(o, (long long)u, err, errlen))
+            return -1;
+        *(unsigned *)(void *)field = (unsigned)u;
+        return 0;
+    case CFG_STRING:
+        if (strlen(value) >= o->str_size) {
+            snprintf(err, errlen, "%s is longer than %zu characters", o->name, o->str_size - 1);
+            return -1;
+        }
+        memcpy(field, value, strlen(value) + 1);
+        return 0;
+    case CFG_ENUM:
+        for (int i = 0; o->names[i]; i++) {
+            if (strcmp(value, o->names[i]) == 0) {
+                *(int *)(void *)field = i;
+                return 0;
+            }
+        }
+        {
+            size_t n = (size_t)snprintf(err, errlen, "'%s' is not one of:", value);
+            for (int i = 0; o->names[i] && n < errlen; i++)
+                n += (size_t)snprintf(err + n, errlen - n, " %s", o->names[i]);
+        }
+        return -1;
+    case CFG_CUSTOM:
+        return o->parse(conf, value, err, errlen);
+    }
+    return -1;
+}
+
+int config_init(struct config_parser *p, const struct config_option *opts, size_t nopts,
+                void *conf)
+{
+    memset(p, 0, sizeof *p);
+    p->opts = opts;
+    p->nopts = nopts;
+    p->conf = conf;
+    if (nopts > sizeof p->origin) {
+        add_error(&p->errors, "internal: too many options (%zu)", nopts);
+        return -1;
+    }
+    for (size_t i = 0; i < nopts; i++) {
+        char err[CONFIG_ERR_LEN];
+        if (opts[i].def && *opts[i].def && apply(&opts[i], conf, opts[i].def, err, sizeof err))
+            add_error(&p->errors, "internal: default of %s: %s", opts[i].name, err);
+    }
+    return p->errors.count ? -1 : 0;
+}
+
+const struct config_option *config_find(const struct config_parser *p, const char *name)
+{
+    for (size_t i = 0; i < p->nopts; i++)
+        if (strcmp(p->opts[i].name, name) == 0)
+            return &p->opts[i];
+    return NULL;
+}
+
+int config_set(struct config_parser *p, const char *key, const char *value,
+               enum config_origin from, const char *where)
+{
+    const struct config_option *o = config_find(p, key);
+    if (!o) {
+        add_error(&p->errors, "%s: unknown key '%s'", where, key);
+        return -1;
+    }
+    size_t idx = (size_t)(o - p->opts);
+    if ((o->flags & CFG_REPEAT) && p->origin[idx] < from && o->reset)
+        o->reset(p->conf); /* a higher source replaces the list instead of appending to it */
+    char err[CONFIG_ERR_LEN];
+    if (apply(o, p->conf, value, err, sizeof err)) {
+        add_error(&p->errors, "%s: %s", where, err);
+        return -1;
+    }
+    p->origin[idx] = (unsigned char)from;
+    return 0;
+}
+
+/* Trims leading and trailing white space in place; returns the new start. */
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+int config_load_file(struct config_parser *p, const char *path)
+{
+    int before = p->errors.count;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        add_error(&p->errors, "%s: cannot open: %s", path, strerror(errno));
+        return 1;
+    }
+    char line[4096];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char where[300];
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            add_error(&p->errors, "%s: line too long", where);
+            int c;
+            while ((c = fgetc(f)) != EOF && c != '\n')
+                ;
+            continue;
+        }
+        /* A comment starts at '#' at the line start or after white space. */
+        for (char *h = line; (h = strchr(h, '#')); h++) {
+            if (h == line || isspace((unsigned char)h[-1])) {
+                *h = 0;
+                break;
+            }
+        }
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            add_error(&p->errors, "%s: expected 'key = value', got '%s'", where, s);
+            continue;
+        }
+        *eq = 0;
+        char *key = trim(s), *value = trim(eq + 1);
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+            value[vlen - 1] = 0;
+            value++;
+        }
+        if (!*key) {
+            add_error(&p->errors, "%s: missing key before '='", where);
+            continue;
+        }
+        if (!*value) {
+            add_error(&p->errors, "%s: missing value for '%s'", where, key);
+            continue;
+        }
+        config_set(p, key, value, CFG_FROM_FILE, where);
+    }
+    fclose(f);
+    return p->errors.count - before;
+}
+
+int config_load_args(struct config_parser *p, int argc, char **argv)
+{
+    int before = p->errors.count;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            add_error(&p->errors, "'%s': expected --key value", a);
+            continue;
+        }
+        char key[128];
+        const char *value;
+        const char *eq = strchr(a + 2, '=');
+        if (eq) {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - a - 2), a + 2);
+            value = eq + 1;
+        } else {
+            snprintf(key, sizeof key, "%s", a + 2);
+            if (i + 1 >= argc) {
+                add_error(&p->errors, "--%s: missing value", key);
+                continue;
+            }
+            value = argv[++i];
+        }
+        char where[160];
+        snprintf(where, sizeof where, "--%s", key);
+        config_set(p, key, value, CFG_FROM_ARGS, where);
+    }
+    return p->errors.count - before;
+}
+
+void config_help(const struct config_option *opts, size_t nopts, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nopts && n < len; i++) {
+        const struct config_option *o = &opts[i];
+        n += (size_t)snprintf(buf + n, len - n, "  --%s %s%s\n      %s%s%s%s\n", o->name,
+                              o->arg ? o->arg : "VALUE",
+                              (o->flags & CFG_REPEAT) ? "   (repeatable)" : "", o->help,
+                              o->def && *o->def ? " Default: " : "",
+                              o->def && *o->def ? o->def : "",
+                              o->def && *o->def ? "." : "");
+    }
+}

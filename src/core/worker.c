@@ -1,0 +1,181 @@
+/* worker.c: a reactor thread: libev loop, accept loop with back-off, cross-thread wakeups. */
+#include "core/worker.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+#define WORKER_ACCEPT_BATCH 64
+#define WORKER_FD_RETRY_S 0.25
+
+static void listeners_set(struct worker *w, int on)
+{
+    for (int i = 0; i < w->nlisteners; i++) {
+        if (on)
+            ev_io_start(w->loop, &w->listeners[i].io);
+        else
+            ev_io_stop(w->loop, &w->listeners[i].io);
+    }
+}
+
+static int accepting(const struct worker *w)
+{
+    return !w->paused && !ev_is_active(&w->fd_retry) &&
+           !atomic_load_explicit(&w->stop_requested, memory_order_relaxed);
+}
+
+static void on_listen(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct worker_listener *l = io->data;
+    struct worker *w = l->w;
+    for (int i = 0; i < WORKER_ACCEPT_BATCH && accepting(w); i++) {
+        struct sock_addr peer;
+        peer.len = sizeof peer.u;
+        int fd = accept4(l->fd, &peer.u.sa, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            WORKER_STAT_INC(&w->stats.accepted);
+            w->on_accept(w, fd, &peer);
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            /* Out of descriptors or memory: live connections keep running; new ones wait in
+             * the backlog until the retry timer fires. */
+            WORKER_STAT_INC(&w->stats.accept_fd_limit);
+            log_warn("worker %d: accept: %s; pausing accept for %.0f ms", w->id,
+                     strerror(errno), WORKER_FD_RETRY_S * 1000);
+            listeners_set(w, 0);
+            ev_timer_set(&w->fd_retry, WORKER_FD_RETRY_S, 0);
+            ev_timer_start(loop, &w->fd_retry);
+            return;
+        }
+        WORKER_STAT_INC(&w->stats.accept_errors);
+        log_warn("worker %d: accept: %s", w->id, strerror(errno));
+        return;
+    }
+}
+
+static void on_fd_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct worker *w = t->data;
+    if (!w->paused && !atomic_load(&w->stop_requested))
+        listeners_set(w, 1);
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
+{
+    struct worker *w = a->data;
+    int cmd = atomic_exchange(&w->cmd_pending, 0);
+    if (cmd && w->on_cmd)
+        w->on_cmd(w, cmd);
+    if (atomic_load(&w->stop_requested)) {
+        listeners_set(w, 0);
+        ev_timer_stop(loop, &w->fd_retry);
+        if (w->on_stop)
+            w->on_stop(w);
+        ev_async_stop(loop, &w->wake);
+        ev_break(loop, EVBREAK_ALL);
+    }
+}
+
+int worker_init(struct worker *w, int id, worker_accept_fn on_accept, worker_stop_fn on_stop,
+                worker_cmd_fn on_cmd, void *ctx)
+{
+    memset(w, 0, sizeof *w);
+    w->id = id;
+    w->on_accept = on_accept;
+    w->on_stop = on_stop;
+    w->on_cmd = on_cmd;
+    w->ctx = ctx;
+    w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+    if (!w->loop)
+        return -1;
+    ev_timer_init(&w->fd_retry, on_fd_retry, WORKER_FD_RETRY_S, 0);
+    w->fd_retry.data = w;
+    ev_async_init(&w->wake, on_wake);
+    w->wake.data = w;
+    ev_async_start(w->loop, &w->wake);
+    ev_set_userdata(w->loop, w);
+    return 0;
+}
+
+int worker_add_listener(struct worker *w, int fd)
+{
+    if (w->nlisteners >= WORKER_MAX_LISTENERS)
+        return -1;
+    struct worker_listener *l = &w->listeners[w->nlisteners++];
+    l->w = w;
+    l->fd = fd;
+    ev_io_init(&l->io, on_listen, fd, EV_READ);
+    l->io.data = l;
+    ev_io_start(w->loop, &l->io);
+    return 0;
+}
+
+void worker_run(struct worker *w)
+{
+    ev_run(w->loop, 0);
+}
+
+static void *thread_main(void *arg)
+{
+    worker_run(arg);
+    return NULL;
+}
+
+int worker_start(struct worker *w)
+{
+    int rc = pthread_create(&w->thread, NULL, thread_main, w);
+    if (rc == 0)
+        w->started = 1;
+    return rc;
+}
+
+void worker_request_stop(struct worker *w)
+{
+    atomic_store(&w->stop_requested, 1);
+    ev_async_send(w->loop, &w->wake);
+}
+
+void worker_post(struct worker *w, int cmd)
+{
+    atomic_fetch_or(&w->cmd_pending, cmd);
+    ev_async_send(w->loop, &w->wake);
+}
+
+void worker_join(struct worker *w)
+{
+    if (w->started)
+        pthread_join(w->thread, NULL);
+    w->started = 0;
+    for (int i = 0; i < w->nlisteners; i++)
+        close(w->listeners[i].fd);
+    w->nlisteners = 0;
+    if (w->loop)
+        ev_loop_destroy(w->loop);
+    w->loop = NULL;
+}
+
+void worker_pause_accept(struct worker *w)
+{
+    if (w->paused)
+        return;
+    w->paused = 1;
+    WORKER_STAT_INC(&w->stats.accept_pauses);
+    listeners_set(w, 0);
+}
+
+void worker_resume_accept(struct worker *w)
+{
+    if (!w->paused)
+        return;
+    w->paused = 0;
+    if (!ev_is_active(&w->fd_retry) && !atomic_load(&w->stop_requested))
+        listeners_set(w, 1);
+}

@@ -1,0 +1,355 @@
+/* main.c: command line, config loading, start-up checks, workers, signals and shutdown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "core/worker.h"
+#include "crypto/crypto.h"
+#include "proto/secret.h"
+#include "proxy/conn.h"
+#include "proxy/dc.h"
+#include "proxy/options.h"
+
+#define EXIT_CONFIG 2
+
+static void usage(FILE *f)
+{
+    static char help[32768];
+    config_help(options_table, options_count, help, sizeof help);
+    fprintf(f,
+            "mtproxy %s: an MTProto proxy for Telegram.\n\n"
+            "Usage:\n"
+            "  mtproxy [--config FILE] [--KEY VALUE ...]   run the proxy\n"
+            "  mtproxy --check-config [--config FILE] [--KEY VALUE ...]\n"
+            "                                            validate the configuration and exit\n"
+            "  mtproxy generate-secret [--dd]            print a new random secret\n"
+            "  mtproxy --help | --version\n\n"
+            "Every config file key can be given as --KEY VALUE (the command line wins; a\n"
+            "repeatable key given on the command line replaces the file's values).\n\n"
+            "Keys:\n%s",
+            MTPROXY_VERSION, help);
+}
+
+static int generate_secret(int argc, char **argv)
+{
+    int dd = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--dd") == 0) {
+            dd = 1;
+        } else if (strcmp(argv[i], "--tls") == 0) {
+            fprintf(stderr, "mtproxy: FakeTLS (ee) secrets are not supported by this version "
+                            "yet\n");
+            return EXIT_CONFIG;
+        } else {
+            fprintf(stderr, "mtproxy: generate-secret: unknown argument '%s'\n", argv[i]);
+            return EXIT_CONFIG;
+        }
+    }
+    struct secret s = {.kind = dd ? SECRET_DD : SECRET_PLAIN};
+    char hex[64];
+    if (crypto_random(s.key, sizeof s.key) || secret_to_hex(&s, hex, sizeof hex) < 0) {
+        fprintf(stderr, "mtproxy: no random source\n");
+        return 1;
+    }
+    printf("%s\n", hex);
+    return 0;
+}
+
+/* Secret from the state file, or a new one saved there. Returns 0, or -1 with err. */
+static int ensure_secret(struct options *o, char *err, size_t errlen)
+{
+    if (o->nsecrets)
+        return 0;
+    int rc = options_load_state(o, o->state_file, err, errlen);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    struct secret s = {.kind = SECRET_PLAIN};
+    snprintf(s.name, sizeof s.name, "default");
+    if (crypto_random(s.key, sizeof s.key)) {
+        snprintf(err, errlen, "no random source");
+        return -1;
+    }
+    if (options_save_state(&s, o->state_file, err, errlen))
+        return -1;
+    o->secrets[o->nsecrets++] = s;
+    log_info("no secret configured: generated one and saved it in %s", o->state_file);
+    return 0;
+}
+
+/* Raises RLIMIT_NOFILE to its hard limit and lowers max-connections to fit it. */
+static void fit_fd_limit(struct options *o, int nworkers)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* Two descriptors per connection, plus listeners, the loops' epoll/eventfd and slack. */
+    long long reserve = (long long)nworkers * (o->nlisten + 4) + 32;
+    long long fit = ((long long)rl.rlim_cur - reserve) / 2;
+    if (rl.rlim_cur != RLIM_INFINITY && fit < o->max_connections) {
+        if (fit < 1)
+            fit = 1;
+        log_warn("max-connections %d needs %lld file descriptors but RLIMIT_NOFILE is %llu: "
+                 "using max-connections %lld",
+                 o->max_connections, 2LL * o->max_connections + reserve,
+                 (unsigned long long)rl.rlim_cur, fit);
+        o->max_connections = (int)fit;
+    }
+}
+
+static void print_links(const struct options *o)
+{
+    char host[256];
+    if (o->public_host[0]) {
+        snprintf(host, sizeof host, "%s", o->public_host);
+    } else if (!sock_addr_is_any(&o->listen[0])) {
+        sock_addr_host(&o->listen[0], host, sizeof host);
+    } else if (gethostname(host, sizeof host) != 0) {
+        snprintf(host, sizeof host, "localhost");
+    }
+    int port = o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
+    int to_stdout = !o->daemonize;
+    for (int i = 0; i < o->nsecrets; i++) {
+        char tg[1024], https[1024];
+        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https))
+            continue;
+        if (to_stdout) {
+            printf("secret %s: %s\nsecret %s: %s\n", o->secrets[i].name, tg,
+                   o->secrets[i].name, https);
+        } else {
+            log_info("secret %s: %s", o->secrets[i].name, tg);
+            log_info("secret %s: %s", o->secrets[i].name, https);
+        }
+    }
+    if (to_stdout)
+        fflush(stdout);
+    if (!o->public_host[0])
+        log_info("links use host '%s'; set public-host to the address clients reach", host);
+}
+
+static int drop_privileges(const char *user)
+{
+    struct passwd *pw = getpwnam(user);
+    if (!pw) {
+        log_error("user '%s' does not exist", user);
+        return -1;
+    }
+    if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
+        log_error("cannot switch to user '%s': %s", user, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int write_pidfile(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        log_error("cannot write pidfile %s: %s", path, strerror(errno));
+        return -1;
+    }
+    dprintf(fd, "%ld\n", (long)getpid());
+    close(fd);
+    return 0;
+}
+
+static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
+{
+    struct proxy_stats s;
+    memset(&s, 0, sizeof s);
+    unsigned long long fd_limit = 0, pauses = 0;
+    for (int i = 0; i < n; i++) {
+        proxy_stats_add(&s, &pws[i].stats);
+        fd_limit += atomic_load(&ws[i].stats.accept_fd_limit);
+        pauses += atomic_load(&ws[i].stats.accept_pauses);
+    }
+    log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
+             "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "
+             "block_waits %llu accept_fd_limit %llu accept_pauses %llu",
+             (unsigned long long)s.accepted, (unsigned long long)s.active,
+             (unsigned long long)s.handshakes, (unsigned long long)s.dc_connects,
+             (unsigned long long)s.dc_connect_fails, (unsigned long long)s.bytes_up,
+             (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
+             (unsigned long long)s.writes, (unsigned long long)s.block_waits, fd_limit, pauses);
+    char line[1024];
+    size_t len = 0;
+    for (int r = 0; r < CR_COUNT; r++)
+        len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
+                                (unsigned long long)s.closed[r]);
+    log_info("stats: closed:%s", line);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
+        return generate_secret(argc - 2, argv + 2);
+
+    const char *config_path = NULL;
+    int check_only = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    if (!rest)
+        return 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("mtproxy %s\n", MTPROXY_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "--check-config")) {
+            check_only = 1;
+        } else if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mtproxy: --config needs a file\n");
+                return EXIT_CONFIG;
+            }
+            config_path = argv[++i];
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            config_path = argv[i] + 9;
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+
+    static struct options opt;
+    static struct config_parser parser;
+    options_init(&parser, &opt);
+    if (config_path)
+        config_load_file(&parser, config_path);
+    config_load_args(&parser, nrest, rest);
+    free(rest);
+    options_validate(&parser, &opt);
+    if (parser.errors.count) {
+        int shown = parser.errors.count < CONFIG_MAX_ERRORS ? parser.errors.count
+                                                            : CONFIG_MAX_ERRORS;
+        for (int i = 0; i < shown; i++)
+            fprintf(stderr, "%s\n", parser.errors.msg[i]);
+        if (parser.errors.count > shown)
+            fprintf(stderr, "... and %d more errors\n", parser.errors.count - shown);
+        fprintf(stderr, "mtproxy: %d configuration error%s\n", parser.errors.count,
+                parser.errors.count == 1 ? "" : "s");
+        return EXIT_CONFIG;
+    }
+    if (check_only) {
+        printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s)\n",
+               opt.nlisten, opt.nlisten == 1 ? "" : "es", opt.nsecrets,
+               opt.nsecrets == 1 ? "" : "s", opt.ndcs, opt.ndcs == 1 ? "" : "s");
+        return 0;
+    }
+
+    char err[512];
+    if (log_open(opt.log, (enum log_level)opt.log_level, err, sizeof err)) {
+        fprintf(stderr, "mtproxy: %s\n", err);
+        return EXIT_CONFIG;
+    }
+    if (ensure_secret(&opt, err, sizeof err)) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
+    int nworkers = opt.workers;
+    if (nworkers <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nworkers = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
+    }
+    fit_fd_limit(&opt, nworkers);
+
+    static struct dc_table dcs;
+    dc_table_build(&dcs, &opt);
+
+    struct worker *ws = calloc((size_t)nworkers, sizeof *ws);
+    struct proxy_worker *pws = calloc((size_t)nworkers, sizeof *pws);
+    if (!ws || !pws)
+        return 1;
+    for (int i = 0; i < nworkers; i++) {
+        if (worker_init(&ws[i], i, proxy_on_accept, proxy_on_stop, NULL, NULL) ||
+            proxy_worker_init(&pws[i], &ws[i], &opt, &dcs, nworkers)) {
+            log_error("cannot set up worker %d", i);
+            return 1;
+        }
+        for (int l = 0; l < opt.nlisten; l++) {
+            int fd = sock_listen(&opt.listen[l], opt.backlog, 1, err, sizeof err);
+            if (fd < 0) {
+                log_error("%s", err);
+                return 1;
+            }
+            worker_add_listener(&ws[i], fd);
+        }
+    }
+    for (int l = 0; l < opt.nlisten; l++) {
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(&opt.listen[l], a, sizeof a);
+        log_info("listening on %s (%d worker%s)", a, nworkers, nworkers == 1 ? "" : "s");
+    }
+    print_links(&opt);
+
+    if (opt.daemonize && daemon(1, 0) != 0) {
+        log_error("daemonize: %s", strerror(errno));
+        return 1;
+    }
+    if (opt.pidfile[0] && write_pidfile(opt.pidfile))
+        return 1;
+    if (opt.user[0] && drop_privileges(opt.user))
+        return 1;
+
+    /* Workers inherit a mask blocking the signals main waits for. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    for (int i = 0; i < nworkers; i++) {
+        int rc = worker_start(&ws[i]);
+        if (rc) {
+            log_error("cannot start worker %d: %s", i, strerror(rc));
+            return 1;
+        }
+    }
+    log_info("mtproxy %s started, pid %ld", MTPROXY_VERSION, (long)getpid());
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            log_reopen();
+            log_info("SIGHUP: log reopened");
+        } else if (sig == SIGUSR1) {
+            log_stats(pws, ws, nworkers);
+        } else {
+            log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            break;
+        }
+    }
+    for (int i = 0; i < nworkers; i++)
+        worker_request_stop(&ws[i]);
+    for (int i = 0; i < nworkers; i++) {
+        worker_join(&ws[i]);
+        proxy_worker_destroy(&pws[i]);
+    }
+    log_stats(pws, ws, nworkers);
+    if (opt.pidfile[0])
+        unlink(opt.pidfile);
+    log_info("stopped");
+    free(ws);
+    free(pws);
+    log_close();
+    return 0;
+}

@@ -1,0 +1,671 @@
+/* conn.c: client connection state machine (header -> DC connect -> relay) and the relay. */
+#include "proxy/conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+#define RELAY_IOV_MAX 16
+#define RELAY_READS_PER_EVENT 4      /* fairness: at most this many reads per readiness */
+#define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
+
+#define STAT_INC(p) WORKER_STAT_INC(p)
+#define STAT_ADD(p, n)                                                                         \
+    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + (n),          \
+                          memory_order_relaxed)
+#define STAT_DEC(p) STAT_ADD(p, (uint64_t)-1)
+
+static const char *const reason_names[CR_COUNT] = {
+    [CR_DONE] = "done",
+    [CR_CLIENT_CLOSED] = "client-closed",
+    [CR_DC_CLOSED] = "dc-closed",
+    [CR_CLIENT_EARLY_EOF] = "client-early-eof",
+    [CR_HANDSHAKE_TIMEOUT] = "handshake-timeout",
+    [CR_BAD_HEADER] = "bad-header",
+    [CR_DC_UNREACHABLE] = "dc-unreachable",
+    [CR_IDLE] = "idle-timeout",
+    [CR_NO_MEMORY] = "no-memory",
+    [CR_SHUTDOWN] = "shutdown",
+};
+
+const char *conn_reason_name(enum conn_reason r)
+{
+    return r < CR_COUNT ? reason_names[r] : "?";
+}
+
+static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents);
+static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+
+/* --- accept-side limits -------------------------------------------------------------- */
+
+/* Pauses accepting while the connection slots or the buffer arena are used up. */
+static void check_accept(struct proxy_worker *pw)
+{
+    if (pool_full(&pw->conns) || arena_exhausted(&pw->arena))
+        worker_pause_accept(pw->w);
+    else
+        worker_resume_accept(pw->w);
+}
+
+/* --- interest management --------------------------------------------------------------- */
+
+/* Starts io with exactly `events` (no syscall if unchanged: libev batches the change). */
+static void side_watch(struct conn *c, struct conn_side *s, unsigned events)
+{
+    if (s->fd < 0 || s->events == events)
+        return;
+    struct ev_loop *loop = c->pw->w->loop;
+    if (s->events)
+        ev_io_stop(loop, &s->io);
+    s->events = events;
+    if (events) {
+        ev_io_set(&s->io, s->fd, (int)events);
+        ev_io_start(loop, &s->io);
+    }
+}
+
+/* In RELAY: read a side while it has not ended, its sink has room and no block is awaited;
+ * watch for writability while bytes are queued to it. */
+static void relay_watch(struct conn *c)
+{
+    size_t max = c->pw->opt->max_buffer;
+    unsigned ce = 0, de = 0;
+    if (!c->cli.rd_eof && c->dc.queued < max && !c->waiting_block)
+        ce |= EV_READ;
+    if (!c->dc.rd_eof && c->cli.queued < max && !c->waiting_block)
+        de |= EV_READ;
+    if (c->cli.queued)
+        ce |= EV_WRITE;
+    if (c->dc.queued)
+        de |= EV_WRITE;
+    side_watch(c, &c->cli, ce);
+    side_watch(c, &c->dc, de);
+}
+
+/* --- close ----------------------------------------------------------------------------- */
+
+static void side_release(struct conn *c, struct conn_side *s)
+{
+    struct proxy_worker *pw = c->pw;
+    side_watch(c, s, 0);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+    for (struct arena_block *b = s->qhead, *n; b; b = n) {
+        n = b->next;
+        arena_put(&pw->arena, b);
+    }
+    s->qhead = s->qtail = NULL;
+    s->queued = 0;
+}
+
+static void waiters_remove(struct proxy_worker *pw, struct conn *c)
+{
+    for (struct conn **pp = &pw->waiters; *pp; pp = &(*pp)->wait_next) {
+        if (*pp == c) {
+            *pp = c->wait_next;
+            break;
+        }
+    }
+    c->wait_next = NULL;
+    c->waiting_block = 0;
+}
+
+/* Wakes connections waiting for a block, as many as there are free blocks now. */
+static void waiters_wake(struct proxy_worker *pw)
+{
+    while (pw->waiters && !arena_exhausted(&pw->arena)) {
+        struct conn *c = pw->waiters;
+        pw->waiters = c->wait_next;
+        c->wait_next = NULL;
+        c->waiting_block = 0;
+        if (c->state == CS_RELAY)
+            relay_watch(c);
+        if (!pw->arena.partial)
+            break; /* the next get maps a new slab: wake one at a time */
+    }
+}
+
+/* Ends a connection: logs once, counts, frees everything. The caller must not touch c
+ * afterwards; every path that may close returns -1 up to the callback. */
+static int conn_close(struct conn *c, enum conn_reason r)
+{
+    struct proxy_worker *pw = c->pw;
+    enum log_level lvl = (r == CR_DONE || r == CR_CLIENT_CLOSED || r == CR_SHUTDOWN)
+                             ? LOG_LVL_DEBUG
+                             : LOG_LVL_INFO;
+    if (log_enabled(lvl)) {
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s), up %llu down %llu bytes",
+                pw->w->id, (unsigned long long)c->id, peer, c->dc_id, conn_reason_name(r),
+                (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes);
+    }
+    STAT_INC(&pw->stats.closed[r]);
+    STAT_DEC(&pw->stats.active);
+    ev_timer_stop(pw->w->loop, &c->timer);
+    if (c->waiting_block)
+        waiters_remove(pw, c);
+    side_release(c, &c->cli);
+    side_release(c, &c->dc);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        pw->live = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->state = CS_FREE;
+    pool_put(&pw->conns, c);
+    waiters_wake(pw);
+    check_accept(pw);
+    return -1;
+}
+
+/* --- relay ----------------------------------------------------------------------------- */
+
+/* Writes what is queued to side s. Returns 0, or -1 if the connection was closed. Once the
+ * queue drains and the opposite side has ended, s is shut for writing (half-close). */
+static int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
+{
+    struct proxy_worker *pw = c->pw;
+    while (s->qhead) {
+        struct iovec iov[RELAY_IOV_MAX];
+        int n = 0;
+        for (struct arena_block *b = s->qhead; b && n < RELAY_IOV_MAX; b = b->next) {
+            iov[n].iov_base = b->data + b->start;
+            iov[n].iov_len = b->end - b->start;
+            n++;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        STAT_INC(&pw->stats.writes);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            if (errno == EINTR)
+                continue;
+            return conn_close(c, s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        }
+        s->queued -= (size_t)w;
+        while (w > 0) {
+            struct arena_block *b = s->qhead;
+            size_t len = b->end - b->start;
+            if ((size_t)w < len) {
+                b->start += (uint32_t)w;
+                break;
+            }
+            w -= (ssize_t)len;
+            s->qhead = b->next;
+            if (!s->qhead)
+                s->qtail = NULL;
+            arena_put(&pw->arena, b);
+        }
+        if (s->qhead)
+            return 0; /* short write: the socket is full, wait for EV_WRITE */
+    }
+    if (pw->waiters)
+        waiters_wake(pw);
+    if (from->rd_eof && !s->wr_shut) {
+        shutdown(s->fd, SHUT_WR);
+        s->wr_shut = 1;
+    }
+    return 0;
+}
+
+/* Reads from src, decrypts with dec, encrypts with enc in the same bytes, queues them to dst
+ * and writes them out. One function for both directions. Returns 0, or -1 if closed. */
+static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *dst,
+                      struct crypto_ctr *dec, struct crypto_ctr *enc, uint64_t *counter,
+                      _Atomic uint64_t *stat_bytes)
+{
+    struct proxy_worker *pw = c->pw;
+    size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
+    for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
+        if (dst->queued >= max)
+            break;
+        struct arena_block *b = dst->qtail;
+        int fresh = 0;
+        if (!b || b->end == bs) {
+            b = arena_get(&pw->arena);
+            if (!b) {
+                STAT_INC(&pw->stats.block_waits);
+                if (!c->waiting_block) {
+                    c->waiting_block = 1;
+                    c->wait_next = pw->waiters;
+                    pw->waiters = c;
+                }
+                check_accept(pw);
+                break;
+            }
+            fresh = 1;
+        }
+        size_t room = bs - b->end;
+        if (room > max - dst->queued)
+            room = max - dst->queued;
+        ssize_t n = read(src->fd, b->data + b->end, room);
+        STAT_INC(&pw->stats.reads);
+        if (n > 0) {
+            uint8_t *p = b->data + b->end;
+            crypto_ctr_apply(dec, p, p, (size_t)n);
+            crypto_ctr_apply(enc, p, p, (size_t)n);
+            b->end += (uint32_t)n;
+            if (fresh) {
+                if (dst->qtail)
+                    dst->qtail->next = b;
+                else
+                    dst->qhead = b;
+                dst->qtail = b;
+            }
+            dst->queued += (size_t)n;
+            *counter += (uint64_t)n;
+            STAT_ADD(stat_bytes, (uint64_t)n);
+            c->last_io = ev_now(pw->w->loop);
+            if (side_flush(c, dst, src))
+                return -1;
+            if ((size_t)n < room)
+                break; /* the socket is drained: another read would only say EAGAIN */
+            continue;
+        }
+        if (fresh)
+            arena_put(&pw->arena, b);
+        if (n == 0) {
+            src->rd_eof = 1;
+            if (!dst->qhead && side_flush(c, dst, src))
+                return -1;
+            break;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            break;
+        if (errno == EINTR)
+            continue;
+        return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+    }
+    return 0;
+}
+
+/* After any relay event: close when both directions ended and drained, else re-watch. */
+static void relay_settle(struct conn *c)
+{
+    if (c->cli.rd_eof && c->dc.rd_eof && !c->cli.queued && !c->dc.queued) {
+        conn_close(c, CR_DONE);
+        return;
+    }
+    relay_watch(c);
+}
+
+static void relay_event(struct conn *c, struct conn_side *s, int revents)
+{
+    int is_cli = s == &c->cli;
+    struct conn_side *o = is_cli ? &c->dc : &c->cli;
+    if (revents & EV_WRITE) {
+        if (side_flush(c, s, o))
+            return;
+    }
+    if (revents & EV_READ) {
+        int rc = is_cli ? relay_pump(c, s, o, c->cli_dec, c->dc_enc, &c->up_bytes,
+                                     &c->pw->stats.bytes_up)
+                        : relay_pump(c, s, o, c->dc_dec, c->cli_enc, &c->down_bytes,
+                                     &c->pw->stats.bytes_down);
+        if (rc)
+            return;
+    }
+    relay_settle(c);
+}
+
+/* --- DC connect ------------------------------------------------------------------------ */
+
+static void timer_arm(struct conn *c, double seconds)
+{
+    ev_timer_stop(c->pw->w->loop, &c->timer);
+    ev_timer_set(&c->timer, seconds, 0);
+    ev_timer_start(c->pw->w->loop, &c->timer);
+}
+
+/* Starts connecting to the next candidate address. Returns 0, or -1 if closed. */
+static int dc_connect_next(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    while (c->dc_try < c->dc_count) {
+        const struct dc_entry *e = &pw->dcs->e[c->dc_first + c->dc_try++];
+        int fd = sock_connect(&e->addr, &pw->sockopts);
+        if (fd < 0) {
+            STAT_INC(&pw->stats.dc_connect_fails);
+            if (log_enabled(LOG_LVL_DEBUG)) {
+                char a[SOCK_ADDR_STRLEN];
+                sock_addr_format(&e->addr, a, sizeof a);
+                log_debug("w%d conn %llu: connect dc %d %s: %s", pw->w->id,
+                          (unsigned long long)c->id, e->id, a, strerror(errno));
+            }
+            continue;
+        }
+        c->dc.fd = fd;
+        c->dc.events = 0;
+        ev_io_init(&c->dc.io, on_dc_io, fd, EV_WRITE);
+        c->dc.io.data = c;
+        side_watch(c, &c->dc, EV_WRITE);
+        timer_arm(c, pw->opt->connect_timeout_ms / 1000.0);
+        return 0;
+    }
+    return conn_close(c, CR_DC_UNREACHABLE);
+}
+
+/* Drops the current DC attempt (failed or timed out) and tries the next address. */
+static int dc_retry(struct conn *c, int err)
+{
+    struct proxy_worker *pw = c->pw;
+    STAT_INC(&pw->stats.dc_connect_fails);
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(&pw->dcs->e[c->dc_first + c->dc_try - 1].addr, a, sizeof a);
+        log_debug("w%d conn %llu: connect dc %d %s: %s", pw->w->id, (unsigned long long)c->id,
+                  c->dc_resolved, a, err ? strerror(err) : "timed out");
+    }
+    side_watch(c, &c->dc, 0);
+    close(c->dc.fd);
+    c->dc.fd = -1;
+    return dc_connect_next(c);
+}
+
+/* The DC socket is connected: send our own obfuscated2 header and start relaying. */
+static int dc_established(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    uint8_t plain[OBFS2_HDR_LEN], wire[OBFS2_HDR_LEN];
+    struct obfs2_keys k;
+    if (obfs2_build(plain, c->tag, c->dc_id, NULL))
+        return conn_close(c, CR_NO_MEMORY);
+    obfs2_derive(plain, NULL, &k);
+    if (crypto_ctr_init(c->dc_enc, k.fwd.key, k.fwd.iv) ||
+        crypto_ctr_init(c->dc_dec, k.rev.key, k.rev.iv))
+        return conn_close(c, CR_NO_MEMORY);
+    obfs2_seal(plain, c->dc_enc, wire);
+    struct arena_block *b = arena_get(&pw->arena);
+    if (!b)
+        return conn_close(c, CR_NO_MEMORY);
+    memcpy(b->data, wire, sizeof wire);
+    b->end = sizeof wire;
+    c->dc.qhead = c->dc.qtail = b;
+    c->dc.queued = sizeof wire;
+    STAT_INC(&pw->stats.dc_connects);
+    c->state = CS_RELAY;
+    c->last_io = ev_now(pw->w->loop);
+    timer_arm(c, pw->opt->idle_timeout_ms / 1000.0);
+    if (side_flush(c, &c->dc, &c->cli))
+        return -1;
+    ev_io_init(&c->cli.io, on_cli_io, c->cli.fd, EV_READ);
+    c->cli.io.data = c;
+    c->cli.events = 0;
+    relay_watch(c);
+    return 0;
+}
+
+/* --- client header --------------------------------------------------------------------- */
+
+/* Enters HOLD: the client gets no answer; it is read and discarded until a random deadline
+ * between 0.5 and 1.5 handshake timeouts, then closed. */
+static void hold(struct conn *c)
+{
+    uint16_t r = 0;
+    crypto_random(&r, sizeof r);
+    double base = c->pw->opt->handshake_timeout_ms / 1000.0;
+    c->state = CS_HOLD;
+    timer_arm(c, base * (0.5 + r / 65535.0));
+}
+
+static void header_done(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    struct obfs2_hello h;
+    char peer[SOCK_ADDR_STRLEN];
+    if (obfs2_parse(c->hdr, pw->opt->secrets, (size_t)pw->opt->nsecrets, OBFS2_ALLOW_ALL, &h) !=
+        OBFS2_OK) {
+        if (log_enabled(LOG_LVL_INFO)) {
+            sock_addr_format(&c->peer, peer, sizeof peer);
+            log_info("w%d conn %llu %s: bad header (no secret matches); holding", pw->w->id,
+                     (unsigned long long)c->id, peer);
+        }
+        hold(c);
+        return;
+    }
+    STAT_INC(&pw->stats.handshakes);
+    c->tag = h.tag;
+    c->dc_id = h.dc;
+    c->secret_idx = (uint8_t)h.secret_index;
+    uint8_t skip[OBFS2_HDR_LEN];
+    if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
+        crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
+    int resolved = 0;
+    c->dc_count = dc_lookup(pw->dcs, h.dc, &c->dc_first, &resolved);
+    c->dc_resolved = (int16_t)resolved;
+    c->dc_try = 0;
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_debug("w%d conn %llu %s: secret %s, %s, dc %d -> %d", pw->w->id,
+                  (unsigned long long)c->id, peer, pw->opt->secrets[h.secret_index].name,
+                  obfs2_tag_name(h.tag), h.dc, resolved);
+    }
+    side_watch(c, &c->cli, 0); /* the client's next bytes wait in its socket */
+    c->state = CS_CONNECTING;
+    dc_connect_next(c);
+}
+
+static void header_read(struct conn *c)
+{
+    ssize_t n = read(c->cli.fd, c->hdr + c->hdr_len, OBFS2_HDR_LEN - c->hdr_len);
+    if (n > 0) {
+        c->hdr_len += (uint8_t)n;
+        if (c->hdr_len == OBFS2_HDR_LEN)
+            header_done(c);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    conn_close(c, CR_CLIENT_EARLY_EOF);
+}
+
+static void hold_read(struct conn *c)
+{
+    uint8_t sink[4096];
+    ssize_t n = read(c->cli.fd, sink, sizeof sink);
+    if (n > 0) {
+        c->up_bytes += (uint64_t)n; /* in HOLD, up_bytes counts what was discarded */
+        if (c->up_bytes >= HOLD_DISCARD_MAX)
+            side_watch(c, &c->cli, 0); /* enough: let its window fill up */
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    conn_close(c, CR_BAD_HEADER);
+}
+
+/* --- callbacks ------------------------------------------------------------------------- */
+
+static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct conn *c = io->data;
+    switch (c->state) {
+    case CS_HEADER:
+        header_read(c);
+        break;
+    case CS_HOLD:
+        hold_read(c);
+        break;
+    case CS_RELAY:
+        relay_event(c, &c->cli, revents);
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct conn *c = io->data;
+    if (c->state == CS_CONNECTING) {
+        int err = sock_connect_result(c->dc.fd);
+        if (err)
+            dc_retry(c, err);
+        else
+            dc_established(c);
+        return;
+    }
+    if (c->state == CS_RELAY)
+        relay_event(c, &c->dc, revents);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct conn *c = t->data;
+    switch (c->state) {
+    case CS_HEADER:
+        conn_close(c, CR_HANDSHAKE_TIMEOUT);
+        break;
+    case CS_HOLD:
+        conn_close(c, CR_BAD_HEADER);
+        break;
+    case CS_CONNECTING:
+        dc_retry(c, 0);
+        break;
+    case CS_RELAY: {
+        /* The idle timer is armed lazily: traffic only moves last_io. */
+        double idle = c->pw->opt->idle_timeout_ms / 1000.0;
+        double left = c->last_io + idle - ev_now(loop);
+        if (left <= 0)
+            conn_close(c, CR_IDLE);
+        else
+            timer_arm(c, left);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* --- accept ---------------------------------------------------------------------------- */
+
+static int conn_ciphers(struct conn *c)
+{
+    struct crypto_ctr **s[4] = {&c->cli_dec, &c->cli_enc, &c->dc_enc, &c->dc_dec};
+    for (int i = 0; i < 4; i++)
+        if (!*s[i] && !(*s[i] = crypto_ctr_new()))
+            return -1;
+    return 0;
+}
+
+void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
+{
+    struct proxy_worker *pw = w->ctx;
+    struct conn *c = pool_get(&pw->conns);
+    if (!c) {
+        close(fd); /* not reached while accepting pauses at the cap */
+        check_accept(pw);
+        return;
+    }
+    STAT_INC(&pw->stats.accepted);
+    STAT_INC(&pw->stats.active);
+    /* Keep the cipher contexts of a reused slot; reset the rest. */
+    struct crypto_ctr *keep[4] = {c->cli_dec, c->cli_enc, c->dc_enc, c->dc_dec};
+    memset(c, 0, sizeof *c);
+    c->cli_dec = keep[0], c->cli_enc = keep[1], c->dc_enc = keep[2], c->dc_dec = keep[3];
+    c->pw = pw;
+    c->id = ++pw->next_id;
+    c->peer = *peer;
+    c->cli.fd = fd;
+    c->dc.fd = -1;
+    c->state = CS_HEADER;
+    c->next = pw->live;
+    if (pw->live)
+        pw->live->prev = c;
+    pw->live = c;
+    ev_init(&c->timer, on_timer);
+    c->timer.data = c;
+    if (conn_ciphers(c)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    sock_tune(fd, &pw->sockopts);
+    ev_io_init(&c->cli.io, on_cli_io, fd, EV_READ);
+    c->cli.io.data = c;
+    side_watch(c, &c->cli, EV_READ);
+    timer_arm(c, pw->opt->handshake_timeout_ms / 1000.0);
+    check_accept(pw);
+}
+
+void proxy_on_stop(struct worker *w)
+{
+    struct proxy_worker *pw = w->ctx;
+    while (pw->live)
+        conn_close(pw->live, CR_SHUTDOWN);
+    crypto_thread_cleanup(); /* the thread's one-shot cipher context */
+}
+
+/* --- worker setup ---------------------------------------------------------------------- */
+
+int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
+                      const struct dc_table *dcs, int nworkers)
+{
+    memset(pw, 0, sizeof *pw);
+    pw->w = w;
+    pw->opt = opt;
+    pw->dcs = dcs;
+    size_t per_conns = ((size_t)opt->max_connections + (size_t)nworkers - 1) / (size_t)nworkers;
+    pool_init(&pw->conns, sizeof(struct conn), per_conns);
+    size_t max_blocks = 0;
+    if (opt->buffer_memory) {
+        max_blocks = opt->buffer_memory / (size_t)nworkers / opt->block_size;
+        if (max_blocks < ARENA_SLAB_BLOCKS)
+            max_blocks = ARENA_SLAB_BLOCKS;
+    }
+    arena_init(&pw->arena, opt->block_size, max_blocks, ARENA_SLAB_BLOCKS * 2);
+    pw->sockopts.nodelay = opt->tcp_nodelay;
+    pw->sockopts.keepalive_s = (int)(opt->tcp_keepalive_ms / 1000);
+    pw->sockopts.sndbuf = (int)opt->sndbuf;
+    pw->sockopts.rcvbuf = (int)opt->rcvbuf;
+    w->ctx = pw;
+    w->on_accept = proxy_on_accept;
+    w->on_stop = proxy_on_stop;
+    return 0;
+}
+
+static void conn_free_ciphers(void *obj)
+{
+    struct conn *c = obj;
+    crypto_ctr_free(c->cli_dec);
+    crypto_ctr_free(c->cli_enc);
+    crypto_ctr_free(c->dc_enc);
+    crypto_ctr_free(c->dc_dec);
+}
+
+void proxy_worker_destroy(struct proxy_worker *pw)
+{
+    pool_destroy(&pw->conns, conn_free_ciphers);
+    arena_destroy(&pw->arena);
+}
+
+void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
+{
+#define ADD(f) STAT_ADD(&dst->f, atomic_load_explicit(&src->f, memory_order_relaxed))
+    ADD(accepted);
+    ADD(active);
+    ADD(handshakes);
+    ADD(dc_connects);
+    ADD(dc_connect_fails);
+    ADD(bytes_up);
+    ADD(bytes_down);
+    ADD(reads);
+    ADD(writes);
+    ADD(block_waits);
+    for (int i = 0; i < CR_COUNT; i++)
+        ADD(closed[i]);
+#undef ADD
+}

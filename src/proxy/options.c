@@ -1,0 +1,258 @@
+/* options.c: the mtproxy option table and the custom parsers for listen, secret and dc. */
+#include "proxy/options.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OFF(f) offsetof(struct options, f)
+
+static int parse_listen(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (o->nlisten >= OPT_MAX_LISTEN) {
+        snprintf(err, errlen, "at most %d listen addresses", OPT_MAX_LISTEN);
+        return -1;
+    }
+    if (sock_addr_parse(v, 0, 0, &o->listen[o->nlisten], err, errlen))
+        return -1;
+    o->nlisten++;
+    return 0;
+}
+
+static void reset_listen(void *conf)
+{
+    ((struct options *)conf)->nlisten = 0;
+}
+
+static int parse_secret(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (o->nsecrets >= OPT_MAX_SECRETS) {
+        snprintf(err, errlen, "at most %d secrets", OPT_MAX_SECRETS);
+        return -1;
+    }
+    struct secret *s = &o->secrets[o->nsecrets];
+    if (secret_parse_named(v, s, err, errlen))
+        return -1;
+    for (int i = 0; i < o->nsecrets; i++) {
+        if (strcmp(o->secrets[i].name, s->name) == 0) {
+            snprintf(err, errlen, "secret name '%s' is used twice", s->name);
+            return -1;
+        }
+    }
+    o->nsecrets++;
+    return 0;
+}
+
+static void reset_secret(void *conf)
+{
+    ((struct options *)conf)->nsecrets = 0;
+}
+
+/* "ID ADDRESS:PORT": the first line for an id replaces the built-in addresses of that id. */
+static int parse_dc(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    char *end;
+    long id = strtol(v, &end, 10);
+    if (end == v || (*end != ' ' && *end != '\t') || id < -32768 || id > 32767 || id == 0) {
+        snprintf(err, errlen, "dc must be 'ID ADDRESS:PORT' with ID a non-zero integer "
+                              "in -32768..32767, got '%s'", v);
+        return -1;
+    }
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (o->ndcs >= OPT_MAX_DC_ADDRS) {
+        snprintf(err, errlen, "at most %d dc addresses", OPT_MAX_DC_ADDRS);
+        return -1;
+    }
+    struct opt_dc *d = &o->dcs[o->ndcs];
+    if (sock_addr_parse(end, 1, 0, &d->addr, err, errlen))
+        return -1;
+    d->id = (int)id;
+    o->ndcs++;
+    return 0;
+}
+
+static void reset_dc(void *conf)
+{
+    ((struct options *)conf)->ndcs = 0;
+}
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+
+/* clang-format off */
+const struct config_option options_table[] = {
+    {.name = "listen", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "ADDR:PORT",
+     .def = "0.0.0.0:8443", .parse = parse_listen, .reset = reset_listen,
+     .help = "Address and port to accept clients on; IPv6 as [::]:443. Repeat for several."},
+    {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "NAME:SECRET",
+     .parse = parse_secret, .reset = reset_secret,
+     .help = "A client secret as clients see it: 32 hex digits (plain obfuscated2: tags ef, "
+             "ee and dd), or dd + 32 hex digits (padded intermediate only). NAME labels it in "
+             "logs. Repeat for several. With none, one is generated and kept in state-file."},
+    {.name = "dc", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "'ID ADDRESS:PORT'",
+     .parse = parse_dc, .reset = reset_dc,
+     .help = "An address of Telegram data centre ID (negative = media, 203 = CDN, any id may "
+             "be added). The first line for an id replaces its built-in addresses; more lines "
+             "add addresses tried in order when a connect fails."},
+    {.name = "dc-builtin", .type = CFG_BOOL, .offset = OFF(dc_builtin), .def = "on",
+     .arg = "on|off", .help = "Use Telegram's published production DC addresses for ids that "
+     "have no dc line. Off: only dc lines are used."},
+    {.name = "default-dc", .type = CFG_INT, .offset = OFF(default_dc), .def = "2", .min = 1,
+     .max = 32767, .arg = "ID", .help = "DC used when a client asks for an unknown id."},
+    {.name = "prefer-ipv6", .type = CFG_BOOL, .offset = OFF(prefer_ipv6), .def = "off",
+     .arg = "on|off", .help = "Try a DC's IPv6 addresses before its IPv4 ones."},
+    {.name = "only-ipv4", .type = CFG_BOOL, .offset = OFF(only_ipv4), .def = "off",
+     .arg = "on|off", .help = "Never connect to DCs over IPv6."},
+    {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
+     .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
+     "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
+    {.name = "public-host", .type = CFG_STRING, .offset = OFF(public_host), .str_size = 256,
+     .arg = "HOST", .help = "Host name or address put in the printed tg:// and t.me links. "
+     "Default: the listen address, or this machine's host name if that is a wildcard."},
+    {.name = "public-port", .type = CFG_INT, .offset = OFF(public_port), .def = "0", .min = 0,
+     .max = 65535, .arg = "N", .help = "Port put in the printed links. 0 = the first listen "
+     "port."},
+    {.name = "block-size", .type = CFG_SIZE, .offset = OFF(block_size), .def = "16k",
+     .min = 1024, .max = 1 << 20, .arg = "BYTES", .help = "Size of one relay buffer block. "
+     "A connection takes blocks only while data is in flight; an idle one holds none."},
+    {.name = "max-buffer", .type = CFG_SIZE, .offset = OFF(max_buffer), .def = "64k",
+     .min = 1024, .max = 64 << 20, .arg = "BYTES", .help = "Most bytes queued per direction "
+     "of one connection; past it the proxy stops reading that side until the other drains."},
+    {.name = "buffer-memory", .type = CFG_SIZE, .offset = OFF(buffer_memory), .def = "256M",
+     .min = 0, .arg = "BYTES", .help = "Cap on relay buffer memory for the whole process "
+     "(0 = none). When reached, connections wait for a free block and accepting pauses."},
+    {.name = "max-connections", .type = CFG_INT, .offset = OFF(max_connections),
+     .def = "8192", .min = 1, .max = 1 << 24, .arg = "N", .help = "Most client connections "
+     "at once, split evenly between workers. When reached, new clients wait in the listen "
+     "backlog. Each costs two file descriptors; the limit is lowered to fit RLIMIT_NOFILE."},
+    {.name = "backlog", .type = CFG_INT, .offset = OFF(backlog), .def = "1024", .min = 1,
+     .max = 65535, .arg = "N", .help = "Listen backlog of each listening socket."},
+    {.name = "handshake-timeout", .type = CFG_DURATION, .offset = OFF(handshake_timeout_ms),
+     .def = "10s", .min = 100, .arg = "DURATION", .help = "Time a client has to send its "
+     "64-byte header. Clients that fail it, or send a bad header, are held silently for a "
+     "random time around this value and closed."},
+    {.name = "connect-timeout", .type = CFG_DURATION, .offset = OFF(connect_timeout_ms),
+     .def = "5s", .min = 100, .arg = "DURATION", .help = "Time to connect to one DC address "
+     "before trying the next."},
+    {.name = "idle-timeout", .type = CFG_DURATION, .offset = OFF(idle_timeout_ms),
+     .def = "5m", .min = 1000, .arg = "DURATION", .help = "A relayed connection with no "
+     "bytes either way for this long is closed."},
+    {.name = "tcp-keepalive", .type = CFG_DURATION, .offset = OFF(tcp_keepalive_ms),
+     .def = "60s", .min = 0, .arg = "DURATION", .help = "TCP keepalive idle time on both "
+     "sides (0 = off)."},
+    {.name = "sndbuf", .type = CFG_SIZE, .offset = OFF(sndbuf), .def = "0", .max = 64 << 20,
+     .arg = "BYTES", .help = "SO_SNDBUF of every socket (0 = kernel default, autotuned)."},
+    {.name = "rcvbuf", .type = CFG_SIZE, .offset = OFF(rcvbuf), .def = "0", .max = 64 << 20,
+     .arg = "BYTES", .help = "SO_RCVBUF of every socket (0 = kernel default, autotuned)."},
+    {.name = "tcp-nodelay", .type = CFG_BOOL, .offset = OFF(tcp_nodelay), .def = "on",
+     .arg = "on|off", .help = "TCP_NODELAY on both sides."},
+    {.name = "log-level", .type = CFG_ENUM, .offset = OFF(log_level), .def = "info",
+     .names = log_levels, .arg = "error|warn|info|debug", .help = "Least severe messages "
+     "logged."},
+    {.name = "log", .type = CFG_STRING, .offset = OFF(log), .str_size = OPT_PATH_MAX,
+     .def = "stderr", .arg = "stderr|syslog|PATH", .help = "Where logs go. A file is "
+     "reopened on SIGHUP (for log rotation)."},
+    {.name = "user", .type = CFG_STRING, .offset = OFF(user), .str_size = 64, .arg = "USER",
+     .help = "Drop privileges to this user after binding the listening sockets."},
+    {.name = "pidfile", .type = CFG_STRING, .offset = OFF(pidfile), .str_size = OPT_PATH_MAX,
+     .arg = "PATH", .help = "Write the process id here; removed on exit."},
+    {.name = "daemonize", .type = CFG_BOOL, .offset = OFF(daemonize), .def = "off",
+     .arg = "on|off", .help = "Detach from the terminal and run in the background."},
+    {.name = "state-file", .type = CFG_STRING, .offset = OFF(state_file),
+     .str_size = OPT_PATH_MAX, .def = "mtproxy.state", .arg = "PATH", .help = "Where the "
+     "secret generated when none is configured is kept across restarts."},
+};
+/* clang-format on */
+const size_t options_count = sizeof options_table / sizeof options_table[0];
+
+int options_init(struct config_parser *p, struct options *o)
+{
+    memset(o, 0, sizeof *o);
+    return config_init(p, options_table, options_count, o);
+}
+
+int options_validate(struct config_parser *p, struct options *o)
+{
+    int before = p->errors.count;
+    struct config_errors *e = &p->errors;
+#define ERR(...)                                                                               \
+    do {                                                                                       \
+        if (e->count < CONFIG_MAX_ERRORS)                                                      \
+            snprintf(e->msg[e->count], CONFIG_ERR_LEN, __VA_ARGS__);                           \
+        e->count++;                                                                            \
+    } while (0)
+    if (o->nlisten == 0)
+        ERR("no listen address");
+    if (o->max_buffer < o->block_size)
+        ERR("max-buffer (%zu) must be at least block-size (%zu)", o->max_buffer,
+            o->block_size);
+    if (o->only_ipv4 && o->prefer_ipv6)
+        ERR("only-ipv4 and prefer-ipv6 contradict each other");
+    if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)
+        ERR("buffer-memory (%zu) must hold at least two blocks of block-size", o->buffer_memory);
+    if (!o->dc_builtin) {
+        int found = 0;
+        for (int i = 0; i < o->ndcs; i++)
+            found |= o->dcs[i].id == o->default_dc;
+        if (!found)
+            ERR("dc-builtin is off and default-dc %d has no dc line", o->default_dc);
+    }
+#undef ERR
+    return p->errors.count - before;
+}
+
+static const struct config_option state_table[] = {
+    {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = parse_secret,
+     .reset = reset_secret, .help = "generated secret"},
+};
+
+int options_load_state(struct options *o, const char *path, char *err, size_t errlen)
+{
+    if (access(path, F_OK) != 0)
+        return 0;
+    struct config_parser p;
+    config_init(&p, state_table, 1, o);
+    if (config_load_file(&p, path) || o->nsecrets == 0) {
+        snprintf(err, errlen, "%s", p.errors.count ? p.errors.msg[0] : "no secret in state file");
+        if (!p.errors.count)
+            snprintf(err, errlen, "%s: no secret in state file", path);
+        return -1;
+    }
+    return 1;
+}
+
+int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen)
+{
+    char hex[2 * (SECRET_KEY_LEN + 1 + SECRET_DOMAIN_MAX) + 1], tmp[OPT_PATH_MAX + 8];
+    secret_to_hex(s, hex, sizeof hex);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot write state file %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    char buf[sizeof hex + 256];
+    int n = snprintf(buf, sizeof buf,
+                     "# mtproxy state: the secret generated at first start (no secret was "
+                     "configured).\n# Keep it private. Delete this file to get a new one.\n"
+                     "secret = %s:%s\n", s->name, hex);
+    if (write(fd, buf, (size_t)n) != n || fsync(fd) != 0) {
+        snprintf(err, errlen, "cannot write state file %s: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
