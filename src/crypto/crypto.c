@@ -24,8 +24,7 @@ static _Thread_local EVP_CIPHER_CTX *oneshot_ctx;
 
 /* Allocates a context with AES-256-CTR selected but no key yet. Returns NULL on failure.
  * Later re-keying passes a NULL cipher, which keeps the selection and resets the counter. */
-static EVP_CIPHER_CTX *ctr_ctx_new(void)
-{
+static EVP_CIPHER_CTX *ctr_ctx_new(void) {
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     if (!ctx)
         return NULL;
@@ -38,8 +37,7 @@ static EVP_CIPHER_CTX *ctr_ctx_new(void)
 
 /* XORs keystream into out; returns 0, or -1 (out is then zero-filled, never left holding
  * the input, so a failure cannot send plaintext on as if it were ciphertext). */
-static int ctr_xor(EVP_CIPHER_CTX *ctx, const uint8_t *in, uint8_t *out, size_t len)
-{
+static int ctr_xor(EVP_CIPHER_CTX *ctx, const uint8_t *in, uint8_t *out, size_t len) {
     size_t done = 0;
     while (done < len) {
         size_t n = len - done;
@@ -56,8 +54,7 @@ static int ctr_xor(EVP_CIPHER_CTX *ctx, const uint8_t *in, uint8_t *out, size_t 
     return 0;
 }
 
-struct crypto_ctr *crypto_ctr_new(void)
-{
+struct crypto_ctr *crypto_ctr_new(void) {
     struct crypto_ctr *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
@@ -69,8 +66,7 @@ struct crypto_ctr *crypto_ctr_new(void)
     return c;
 }
 
-void crypto_ctr_free(struct crypto_ctr *c)
-{
+void crypto_ctr_free(struct crypto_ctr *c) {
     if (!c)
         return;
     EVP_CIPHER_CTX_free(c->ctx); /* also wipes the key schedule */
@@ -78,14 +74,12 @@ void crypto_ctr_free(struct crypto_ctr *c)
 }
 
 int crypto_ctr_init(struct crypto_ctr *c, const uint8_t key[CRYPTO_KEY_LEN],
-                    const uint8_t iv[CRYPTO_IV_LEN])
-{
+                    const uint8_t iv[CRYPTO_IV_LEN]) {
     c->keyed = EVP_EncryptInit_ex(c->ctx, NULL, NULL, key, iv) == 1;
     return c->keyed ? 0 : -1;
 }
 
-void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, size_t len)
-{
+void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, size_t len) {
     if (!c->keyed) {
         memset(out, 0, len);
         return;
@@ -95,8 +89,7 @@ void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, siz
 }
 
 void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
-                        const uint8_t *in, uint8_t *out, size_t len)
-{
+                        const uint8_t *in, uint8_t *out, size_t len) {
     if (!oneshot_ctx)
         oneshot_ctx = ctr_ctx_new();
     if (!oneshot_ctx || EVP_EncryptInit_ex(oneshot_ctx, NULL, NULL, key, iv) != 1) {
@@ -106,8 +99,7 @@ void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYP
     ctr_xor(oneshot_ctx, in, out, len);
 }
 
-void crypto_thread_cleanup(void)
-{
+void crypto_thread_cleanup(void) {
     EVP_CIPHER_CTX_free(oneshot_ctx);
     oneshot_ctx = NULL;
 }
@@ -115,15 +107,13 @@ void crypto_thread_cleanup(void)
 /* A digest that could not be computed must not come out predictable (all zeros would let a
  * forged HMAC or a guessed key through): replace it with random bytes, which match nothing.
  * If even the random source is gone there is no safe value to return, so stop. */
-static void digest_failed(uint8_t out[CRYPTO_SHA256_LEN])
-{
+static void digest_failed(uint8_t out[CRYPTO_SHA256_LEN]) {
     if (crypto_random(out, CRYPTO_SHA256_LEN) != 0)
         abort();
 }
 
 /* Feeds len bytes to a digest in int-sized pieces; returns 1 on success like EVP does. */
-static int digest_update(EVP_MD_CTX *md, const void *p, size_t len)
-{
+static int digest_update(EVP_MD_CTX *md, const void *p, size_t len) {
     const uint8_t *b = p;
     while (len > 0) {
         size_t n = len > CRYPTO_CHUNK_MAX ? CRYPTO_CHUNK_MAX : len;
@@ -136,8 +126,7 @@ static int digest_update(EVP_MD_CTX *md, const void *p, size_t len)
 }
 
 void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
-                   uint8_t out[CRYPTO_SHA256_LEN])
-{
+                   uint8_t out[CRYPTO_SHA256_LEN]) {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     unsigned int outl = 0;
     int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 && digest_update(md, a, alen) &&
@@ -149,8 +138,7 @@ void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
 }
 
 void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
-                        uint8_t out[CRYPTO_SHA256_LEN])
-{
+                        uint8_t out[CRYPTO_SHA256_LEN]) {
     static const uint8_t empty[1];
     unsigned int outl = 0;
     if (keylen > CRYPTO_CHUNK_MAX) {
@@ -162,13 +150,11 @@ void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t
         key = empty;
     if (len == 0)
         data = empty;
-    if (!HMAC(EVP_sha256(), key, (int)keylen, data, len, out, &outl) ||
-        outl != CRYPTO_SHA256_LEN)
+    if (!HMAC(EVP_sha256(), key, (int)keylen, data, len, out, &outl) || outl != CRYPTO_SHA256_LEN)
         digest_failed(out);
 }
 
-int crypto_random(void *buf, size_t len)
-{
+int crypto_random(void *buf, size_t len) {
     uint8_t *b = buf;
     while (len > 0) {
         size_t n = len > CRYPTO_CHUNK_MAX ? CRYPTO_CHUNK_MAX : len;
@@ -180,7 +166,6 @@ int crypto_random(void *buf, size_t len)
     return 0;
 }
 
-int crypto_memeq(const void *a, const void *b, size_t n)
-{
+int crypto_memeq(const void *a, const void *b, size_t n) {
     return CRYPTO_memcmp(a, b, n) == 0;
 }

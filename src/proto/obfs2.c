@@ -15,13 +15,11 @@
  * (the odds of one forbidden draw are about 1 in 250). */
 #define OBFS2_BUILD_TRIES 64
 
-static uint32_t load_le32(const uint8_t *p)
-{
+static uint32_t load_le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void store_le32(uint8_t *p, uint32_t v)
-{
+static void store_le32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
     p[2] = (uint8_t)(v >> 16);
@@ -30,8 +28,7 @@ static void store_le32(uint8_t *p, uint32_t v)
 
 /* One direction from 48 bytes of key || iv material: raw, or key = SHA256(material || S). */
 static void derive_dir(const uint8_t material[OBFS2_MATERIAL_LEN], const uint8_t *secret,
-                       struct obfs2_dir *out)
-{
+                       struct obfs2_dir *out) {
     if (secret)
         crypto_sha256(material, CRYPTO_KEY_LEN, secret, SECRET_KEY_LEN, out->key);
     else
@@ -39,9 +36,7 @@ static void derive_dir(const uint8_t material[OBFS2_MATERIAL_LEN], const uint8_t
     memcpy(out->iv, material + CRYPTO_KEY_LEN, CRYPTO_IV_LEN);
 }
 
-void obfs2_derive(const uint8_t hdr[OBFS2_HDR_LEN], const uint8_t *secret,
-                  struct obfs2_keys *out)
-{
+void obfs2_derive(const uint8_t hdr[OBFS2_HDR_LEN], const uint8_t *secret, struct obfs2_keys *out) {
     uint8_t rev[OBFS2_MATERIAL_LEN];
     for (size_t i = 0; i < OBFS2_MATERIAL_LEN; i++)
         rev[i] = hdr[OBFS2_MATERIAL_END - 1 - i];
@@ -50,8 +45,7 @@ void obfs2_derive(const uint8_t hdr[OBFS2_HDR_LEN], const uint8_t *secret,
 }
 
 /* The OBFS2_ALLOW_* bit of a tag, or 0 for anything that is not a tag. */
-static unsigned tag_bit(uint32_t tag)
-{
+static unsigned tag_bit(uint32_t tag) {
     switch (tag) {
     case OBFS2_TAG_ABRIDGED:
         return OBFS2_ALLOW_ABRIDGED;
@@ -66,8 +60,7 @@ static unsigned tag_bit(uint32_t tag)
 
 /* Tags a secret's kind admits on this path: plain takes all three, dd only the padded tag,
  * ee none (FakeTLS clients reach obfuscated2 through the TLS layer, not here). */
-static unsigned kind_tags(enum secret_kind kind)
-{
+static unsigned kind_tags(enum secret_kind kind) {
     switch (kind) {
     case SECRET_PLAIN:
         return OBFS2_ALLOW_ALL;
@@ -79,8 +72,7 @@ static unsigned kind_tags(enum secret_kind kind)
 }
 
 enum obfs2_status obfs2_parse(const uint8_t hdr[OBFS2_HDR_LEN], const struct secret *secrets,
-                              size_t nsecrets, unsigned allowed_tags, struct obfs2_hello *out)
-{
+                              size_t nsecrets, unsigned allowed_tags, struct obfs2_hello *out) {
     for (size_t i = 0; i < nsecrets; i++) {
         const struct secret *s = &secrets[i];
         unsigned allowed = allowed_tags & kind_tags(s->kind);
@@ -105,8 +97,7 @@ enum obfs2_status obfs2_parse(const uint8_t hdr[OBFS2_HDR_LEN], const struct sec
     return OBFS2_BAD;
 }
 
-int obfs2_forbidden(const uint8_t hdr[OBFS2_HDR_LEN])
-{
+int obfs2_forbidden(const uint8_t hdr[OBFS2_HDR_LEN]) {
     static const uint32_t first_words[] = {
         0x44414548u, /* "HEAD" */
         0x54534f50u, /* "POST" */
@@ -126,8 +117,7 @@ int obfs2_forbidden(const uint8_t hdr[OBFS2_HDR_LEN])
 }
 
 int obfs2_build(uint8_t plain[OBFS2_HDR_LEN], uint32_t tag, int16_t dc,
-                const struct obfs2_dir *rev_preset)
-{
+                const struct obfs2_dir *rev_preset) {
     for (int tries = 0; tries < OBFS2_BUILD_TRIES; tries++) {
         if (crypto_random(plain, OBFS2_HDR_LEN) != 0)
             return -1;
@@ -148,16 +138,14 @@ int obfs2_build(uint8_t plain[OBFS2_HDR_LEN], uint32_t tag, int16_t dc,
 }
 
 void obfs2_seal(const uint8_t plain[OBFS2_HDR_LEN], struct crypto_ctr *enc,
-                uint8_t wire[OBFS2_HDR_LEN])
-{
+                uint8_t wire[OBFS2_HDR_LEN]) {
     uint8_t enc_hdr[OBFS2_HDR_LEN];
     crypto_ctr_apply(enc, plain, enc_hdr, OBFS2_HDR_LEN);
     memmove(wire, plain, OBFS2_TAG_OFF);
     memcpy(wire + OBFS2_TAG_OFF, enc_hdr + OBFS2_TAG_OFF, OBFS2_HDR_LEN - OBFS2_TAG_OFF);
 }
 
-const char *obfs2_tag_name(uint32_t tag)
-{
+const char *obfs2_tag_name(uint32_t tag) {
     switch (tag) {
     case OBFS2_TAG_ABRIDGED:
         return "abridged";

@@ -21,9 +21,11 @@ enum secret_form { FORM_HEX, FORM_BASE64URL };
 static const char generic_hex_msg[] =
     "secret must be 32 hex digits, dd + 32 hex digits, or ee + 32 hex digits + hex domain";
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
-                                                          const char *fmt, ...)
-{
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Formats a message into err (which may be NULL or empty: then nothing is written). */
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || errlen == 0)
         return;
     va_list ap;
@@ -33,16 +35,14 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errl
 }
 
 /* Describes byte c for an error message: 'x' when printable, else 0xNN. */
-static void describe_char(unsigned char c, char buf[8])
-{
+static void describe_char(unsigned char c, char buf[8]) {
     if (c > 0x20 && c < 0x7f)
         snprintf(buf, 8, "'%c'", c);
     else
         snprintf(buf, 8, "0x%02x", c);
 }
 
-static int hex_val(unsigned char c)
-{
+static int hex_val(unsigned char c) {
     if (c >= '0' && c <= '9')
         return c - '0';
     if (c >= 'a' && c <= 'f')
@@ -53,8 +53,7 @@ static int hex_val(unsigned char c)
 }
 
 /* RFC 4648 section 5 (URL and filename safe) alphabet. */
-static int b64url_val(unsigned char c)
-{
+static int b64url_val(unsigned char c) {
     if (c >= 'A' && c <= 'Z')
         return c - 'A';
     if (c >= 'a' && c <= 'z')
@@ -68,22 +67,19 @@ static int b64url_val(unsigned char c)
     return -1;
 }
 
-static int is_alnum(unsigned char c)
-{
+static int is_alnum(unsigned char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
 /* Decodes the first min(n / 2, cap) bytes of n hex digits (all known to be valid). */
-static void hex_decode(const char *text, size_t n, uint8_t *bin, size_t cap)
-{
+static void hex_decode(const char *text, size_t n, uint8_t *bin, size_t cap) {
     for (size_t i = 0; i < n / 2 && i < cap; i++)
         bin[i] = (uint8_t)(hex_val((unsigned char)text[2 * i]) << 4 |
                            hex_val((unsigned char)text[2 * i + 1]));
 }
 
 /* Decodes up to cap bytes of n unpadded base64url characters (all known to be valid). */
-static void b64url_decode(const char *text, size_t n, uint8_t *bin, size_t cap)
-{
+static void b64url_decode(const char *text, size_t n, uint8_t *bin, size_t cap) {
     uint32_t acc = 0;
     int bits = 0;
     size_t out = 0;
@@ -99,8 +95,7 @@ static void b64url_decode(const char *text, size_t n, uint8_t *bin, size_t cap)
 
 /* Checks the domain of an ee secret: 1..SECRET_DOMAIN_MAX bytes forming a host name (labels of
  * letters, digits, '-' and '_' separated by single dots). */
-static int check_domain(const uint8_t *d, size_t n, char *err, size_t errlen)
-{
+static int check_domain(const uint8_t *d, size_t n, char *err, size_t errlen) {
     if (n > SECRET_DOMAIN_MAX) {
         set_err(err, errlen, "ee secret domain is %zu bytes long; the limit is %d", n,
                 SECRET_DOMAIN_MAX);
@@ -133,8 +128,9 @@ static int check_domain(const uint8_t *d, size_t n, char *err, size_t errlen)
             return -1;
         }
         if (d[start] == '-' || d[i - 1] == '-') {
-            set_err(err, errlen, "ee secret domain \"%.*s\" has a label starting or ending with '-'",
-                    (int)n, (const char *)d);
+            set_err(err, errlen,
+                    "ee secret domain \"%.*s\" has a label starting or ending with '-'", (int)n,
+                    (const char *)d);
             return -1;
         }
         start = i + 1;
@@ -145,8 +141,7 @@ static int check_domain(const uint8_t *d, size_t n, char *err, size_t errlen)
 /* Classifies a decoded binary form of len bytes (only the first SECRET_BIN_MAX are in bin).
  * nchars is the length of the text it came from. Fills *out on success. */
 static int check_binary(const uint8_t *bin, size_t len, enum secret_form form, size_t nchars,
-                        struct secret *out, char *err, size_t errlen)
-{
+                        struct secret *out, char *err, size_t errlen) {
     if (len == SECRET_KEY_LEN) {
         out->kind = SECRET_PLAIN;
         memcpy(out->key, bin, SECRET_KEY_LEN);
@@ -175,8 +170,8 @@ static int check_binary(const uint8_t *bin, size_t len, enum secret_form form, s
                 "ee secret has no domain: expected ee + 32 hex digits + the domain name in hex");
     } else if (len > 1 + SECRET_KEY_LEN && bin[0] == 0xdd) {
         if (form == FORM_HEX)
-            set_err(err, errlen, "dd secret must be dd + exactly 32 hex digits (got %zu characters)",
-                    nchars);
+            set_err(err, errlen,
+                    "dd secret must be dd + exactly 32 hex digits (got %zu characters)", nchars);
         else
             set_err(err, errlen, "dd secret must decode to dd + exactly 16 bytes (got %zu bytes)",
                     len);
@@ -194,8 +189,7 @@ static int check_binary(const uint8_t *bin, size_t len, enum secret_form form, s
 }
 
 /* Parses the text of a secret (hex first, then base64url) into the key, kind and domain. */
-static int parse_text(const char *text, struct secret *out, char *err, size_t errlen)
-{
+static int parse_text(const char *text, struct secret *out, char *err, size_t errlen) {
     size_t n = strlen(text);
     if (n == 0) {
         set_err(err, errlen, "secret is empty");
@@ -269,8 +263,7 @@ static int parse_text(const char *text, struct secret *out, char *err, size_t er
 }
 
 /* Checks a secret name: 1..SECRET_NAME_MAX-1 characters of [A-Za-z0-9_.-]. */
-static int check_name(const char *name, size_t n, char *err, size_t errlen)
-{
+static int check_name(const char *name, size_t n, char *err, size_t errlen) {
     if (n == 0) {
         set_err(err, errlen, "secret name is empty");
         return -1;
@@ -296,9 +289,8 @@ static int check_name(const char *name, size_t n, char *err, size_t errlen)
 }
 
 /* secret_parse with a name that need not be NUL-terminated (namelen bytes; NULL for none). */
-static int parse_with_name(const char *name, size_t namelen, const char *text,
-                           struct secret *out, char *err, size_t errlen)
-{
+static int parse_with_name(const char *name, size_t namelen, const char *text, struct secret *out,
+                           char *err, size_t errlen) {
     struct secret s;
     memset(&s, 0, sizeof(s));
     if (name) {
@@ -317,14 +309,11 @@ static int parse_with_name(const char *name, size_t namelen, const char *text,
     return 0;
 }
 
-int secret_parse(const char *name, const char *text, struct secret *out, char *err,
-                 size_t errlen)
-{
+int secret_parse(const char *name, const char *text, struct secret *out, char *err, size_t errlen) {
     return parse_with_name(name, name ? strlen(name) : 0, text, out, err, errlen);
 }
 
-int secret_parse_named(const char *text, struct secret *out, char *err, size_t errlen)
-{
+int secret_parse_named(const char *text, struct secret *out, char *err, size_t errlen) {
     const char *colon = text ? strchr(text, ':') : NULL;
     if (!colon) {
         set_err(err, errlen, "expected NAME:SECRET, but there is no ':'");
@@ -337,8 +326,7 @@ int secret_parse_named(const char *text, struct secret *out, char *err, size_t e
     return parse_with_name(text, (size_t)(colon - text), colon + 1, out, err, errlen);
 }
 
-int secret_to_hex(const struct secret *s, char *out, size_t outlen)
-{
+int secret_to_hex(const struct secret *s, char *out, size_t outlen) {
     static const char digits[] = "0123456789abcdef";
     uint8_t bin[SECRET_BIN_MAX];
     size_t len = 0;
@@ -382,23 +370,20 @@ struct link_buf {
     int overflow;
 };
 
-static void link_putc(struct link_buf *b, char c)
-{
+static void link_putc(struct link_buf *b, char c) {
     if (b->len + 1 < b->cap)
         b->p[b->len++] = c;
     else
         b->overflow = 1;
 }
 
-static void link_puts(struct link_buf *b, const char *s)
-{
+static void link_puts(struct link_buf *b, const char *s) {
     while (*s)
         link_putc(b, *s++);
 }
 
 /* Appends a host for a query value: unreserved characters and ':' as is, others %XX. */
-static void link_put_host(struct link_buf *b, const char *host, size_t n)
-{
+static void link_put_host(struct link_buf *b, const char *host, size_t n) {
     static const char digits[] = "0123456789ABCDEF";
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)host[i];
@@ -413,8 +398,7 @@ static void link_put_host(struct link_buf *b, const char *host, size_t n)
 }
 
 static int link_write(char *out, size_t outlen, const char *prefix, const char *host,
-                      size_t hostlen, int port, const char *hex)
-{
+                      size_t hostlen, int port, const char *hex) {
     char portbuf[8];
     struct link_buf b = {out, outlen, 0, 0};
     if (outlen == 0)
@@ -436,8 +420,7 @@ static int link_write(char *out, size_t outlen, const char *prefix, const char *
 }
 
 int secret_links(const struct secret *s, const char *host, int port, char *tg, size_t tglen,
-                 char *https, size_t httpslen)
-{
+                 char *https, size_t httpslen) {
     char hex[SECRET_HEX_MAX];
     if (!host || port < 1 || port > 65535 || secret_to_hex(s, hex, sizeof(hex)) < 0)
         return -1;
