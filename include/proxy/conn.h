@@ -59,7 +59,8 @@ struct conn {
     struct conn *prev, *next;  /* the worker's live list */
     struct conn *wait_next;    /* the worker's list of connections waiting for a block */
     struct conn_side cli, dc;
-    /* The four AES-256-CTR streams; allocated once per slot, re-keyed per connection. */
+    /* The AES-256-CTR streams; allocated once per slot, re-keyed per connection. In fast
+     * mode cli_enc and dc_dec are unused (and never allocated by a fast-only proxy). */
     struct crypto_ctr *cli_dec, *cli_enc, *dc_enc, *dc_dec;
     ev_timer timer;            /* handshake / connect / idle / hold deadline by state */
     ev_tstamp last_io;
@@ -73,8 +74,9 @@ struct conn {
     uint8_t secret_idx;
     uint8_t hdr_len;
     uint8_t waiting_block;
+    uint8_t fast;              /* fast mode: DC->client bytes pass without crypto */
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
-    uint8_t hdr[OBFS2_HDR_LEN];
+    uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 
 /* Counters of one worker; written by it only (relaxed), summed by readers. */

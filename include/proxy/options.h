@@ -34,6 +34,7 @@ struct options {
     int default_dc;
     int prefer_ipv6;
     int only_ipv4;
+    int fast_mode;
 
     int workers; /* 0 = one per core */
     char public_host[256];

@@ -218,8 +218,9 @@ static int side_flush(struct conn *c, struct conn_side *s, struct conn_side *fro
     return 0;
 }
 
-/* Reads from src, decrypts with dec, encrypts with enc in the same bytes, queues them to dst
- * and writes them out. One function for both directions. Returns 0, or -1 if closed. */
+/* Reads from src, decrypts with dec, encrypts with enc in the same bytes (either may be NULL),
+ * queues them to dst and writes them out. One function for both directions. Returns 0, or
+ * -1 if the connection was closed. */
 static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *dst,
                       struct crypto_ctr *dec, struct crypto_ctr *enc, uint64_t *counter,
                       _Atomic uint64_t *stat_bytes)
@@ -252,8 +253,10 @@ static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *d
         STAT_INC(&pw->stats.reads);
         if (n > 0) {
             uint8_t *p = b->data + b->end;
-            crypto_ctr_apply(dec, p, p, (size_t)n);
-            crypto_ctr_apply(enc, p, p, (size_t)n);
+            if (dec) /* NULL on the download direction in fast mode: bytes pass as they are */
+                crypto_ctr_apply(dec, p, p, (size_t)n);
+            if (enc)
+                crypto_ctr_apply(enc, p, p, (size_t)n);
             b->end += (uint32_t)n;
             if (fresh) {
                 if (dst->qtail)
@@ -310,7 +313,8 @@ static void relay_event(struct conn *c, struct conn_side *s, int revents)
     if (revents & EV_READ) {
         int rc = is_cli ? relay_pump(c, s, o, c->cli_dec, c->dc_enc, &c->up_bytes,
                                      &c->pw->stats.bytes_up)
-                        : relay_pump(c, s, o, c->dc_dec, c->cli_enc, &c->down_bytes,
+                        : relay_pump(c, s, o, c->fast ? NULL : c->dc_dec,
+                                     c->fast ? NULL : c->cli_enc, &c->down_bytes,
                                      &c->pw->stats.bytes_down);
         if (rc)
             return;
@@ -376,15 +380,13 @@ static int dc_retry(struct conn *c, int err)
 static int dc_established(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    uint8_t plain[OBFS2_HDR_LEN], wire[OBFS2_HDR_LEN];
+    uint8_t wire[OBFS2_HDR_LEN];
     struct obfs2_keys k;
-    if (obfs2_build(plain, c->tag, c->dc_id, NULL))
-        return conn_close(c, CR_NO_MEMORY);
-    obfs2_derive(plain, NULL, &k);
+    obfs2_derive(c->hdr, NULL, &k); /* c->hdr holds the plain DC header built by header_done */
     if (crypto_ctr_init(c->dc_enc, k.fwd.key, k.fwd.iv) ||
-        crypto_ctr_init(c->dc_dec, k.rev.key, k.rev.iv))
+        (!c->fast && crypto_ctr_init(c->dc_dec, k.rev.key, k.rev.iv)))
         return conn_close(c, CR_NO_MEMORY);
-    obfs2_seal(plain, c->dc_enc, wire);
+    obfs2_seal(c->hdr, c->dc_enc, wire);
     struct arena_block *b = arena_get(&pw->arena);
     if (!b)
         return conn_close(c, CR_NO_MEMORY);
@@ -439,11 +441,18 @@ static void header_done(struct conn *c)
     c->secret_idx = (uint8_t)h.secret_index;
     uint8_t skip[OBFS2_HDR_LEN];
     if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
-        crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv)) {
+        (!c->fast && crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv))) {
         conn_close(c, CR_NO_MEMORY);
         return;
     }
     crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
+    /* The client's header is spent: build ours toward the DC in its place. In fast mode its
+     * key material is the client's download key and IV (reversed), so the DC encrypts for
+     * the client and the download direction needs no crypto here (PROTOCOL.md 5.2). */
+    if (obfs2_build(c->hdr, h.tag, h.dc, c->fast ? &h.keys.rev : NULL)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
     int resolved = 0;
     c->dc_count = dc_lookup(pw->dcs, h.dc, &c->dc_first, &resolved);
     c->dc_resolved = (int16_t)resolved;
@@ -553,10 +562,12 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* --- accept ---------------------------------------------------------------------------- */
 
+/* Allocates the cipher contexts this connection needs that its slot lacks (fast mode needs
+ * only the two upload-direction streams). */
 static int conn_ciphers(struct conn *c)
 {
-    struct crypto_ctr **s[4] = {&c->cli_dec, &c->cli_enc, &c->dc_enc, &c->dc_dec};
-    for (int i = 0; i < 4; i++)
+    struct crypto_ctr **s[4] = {&c->cli_dec, &c->dc_enc, &c->cli_enc, &c->dc_dec};
+    for (int i = 0; i < (c->fast ? 2 : 4); i++)
         if (!*s[i] && !(*s[i] = crypto_ctr_new()))
             return -1;
     return 0;
@@ -583,6 +594,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->cli.fd = fd;
     c->dc.fd = -1;
     c->state = CS_HEADER;
+    c->fast = (uint8_t)pw->opt->fast_mode;
     c->next = pw->live;
     if (pw->live)
         pw->live->prev = c;

@@ -109,6 +109,12 @@ const struct config_option options_table[] = {
      .arg = "on|off", .help = "Try a DC's IPv6 addresses before its IPv4 ones."},
     {.name = "only-ipv4", .type = CFG_BOOL, .offset = OFF(only_ipv4), .def = "off",
      .arg = "on|off", .help = "Never connect to DCs over IPv6."},
+    {.name = "fast-mode", .type = CFG_BOOL, .offset = OFF(fast_mode), .def = "on",
+     .arg = "on|off", .help = "Choose the header toward the DC so that the DC's encryption "
+     "is the one the client expects: downloads then pass without any crypto in the proxy. "
+     "Trade-off: that header carries, in clear, key material of the client's download "
+     "stream, so an observer who sees both legs could link them (MTProto content stays "
+     "end-to-end encrypted)."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
