@@ -96,8 +96,9 @@ static void fit_fd_limit(struct options *o, int nworkers)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    /* Two descriptors per connection, plus listeners, the loops' epoll/eventfd and slack. */
-    long long reserve = (long long)nworkers * (o->nlisten + 4) + 32;
+    /* Two descriptors per connection, plus per worker its listeners, epoll/eventfd and
+     * splice pipes (two each), plus slack. */
+    long long reserve = (long long)nworkers * (o->nlisten + 4 + 2 * PROXY_PIPES_PER_WORKER) + 32;
     long long fit = ((long long)rl.rlim_cur - reserve) / 2;
     if (rl.rlim_cur != RLIM_INFINITY && fit < o->max_connections) {
         if (fit < 1)
@@ -178,12 +179,13 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     }
     log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
              "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "
-             "block_waits %llu accept_fd_limit %llu accept_pauses %llu",
+             "spliced %llu block_waits %llu accept_fd_limit %llu accept_pauses %llu",
              (unsigned long long)s.accepted, (unsigned long long)s.active,
              (unsigned long long)s.handshakes, (unsigned long long)s.dc_connects,
              (unsigned long long)s.dc_connect_fails, (unsigned long long)s.bytes_up,
              (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
-             (unsigned long long)s.writes, (unsigned long long)s.block_waits, fd_limit, pauses);
+             (unsigned long long)s.writes, (unsigned long long)s.spliced,
+             (unsigned long long)s.block_waits, fd_limit, pauses);
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)

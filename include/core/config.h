@@ -67,10 +67,19 @@ const struct config_option *config_find(const struct config_parser *p, const cha
 int config_set(struct config_parser *p, const char *key, const char *value,
                enum config_origin from, const char *where);
 
-/* Reads a config file: `key = value` per line, `#` comments (whole line, or after
- * whitespace), blank lines, optional double quotes around the value. Every bad line is
- * recorded as `path:LINE: message`. Returns the number of errors added (0 = clean);
- * an unreadable file is one error. */
+#define CONFIG_LINE_MAX 4096        /* a longer line is an error (line too long) */
+#define CONFIG_FILE_MAX (16 << 20) /* a larger config file is refused */
+
+/* Parses config text from memory: `key = value` per line, `#` comments (whole line, or
+ * after whitespace), blank lines, optional double quotes around the value; lines of
+ * CONFIG_LINE_MAX - 1 bytes or more are errors. data need not be NUL-terminated and may hold
+ * any bytes (a NUL ends the line's text). Every bad line is recorded as `name:LINE: message`.
+ * Returns the number of errors added (0 = clean). */
+int config_load_buffer(struct config_parser *p, const char *name, const char *data, size_t len);
+
+/* Reads a config file (at most CONFIG_FILE_MAX bytes) and parses it as config_load_buffer
+ * does, with name = path. Returns the number of errors added (0 = clean); an unreadable or
+ * too large file is one error. */
 int config_load_file(struct config_parser *p, const char *path);
 
 /* Applies `--key value` / `--key=value` pairs from argv[0..argc). Unknown keys and missing

@@ -46,7 +46,9 @@ struct conn_side {
     ev_io io;
     unsigned events;             /* events io is started with (0 = stopped) */
     struct arena_block *qhead, *qtail;
-    size_t queued;               /* bytes waiting in qhead..qtail */
+    size_t queued;               /* bytes waiting to be written: in qhead..qtail or the pipe */
+    size_t piped;                /* of those, bytes in the pipe (splice path) */
+    int pipe_r, pipe_w;          /* a pooled pipe while bytes are spliced to this side; or -1 */
     uint8_t rd_eof;              /* read returned 0 */
     uint8_t wr_shut;             /* shutdown(SHUT_WR) done */
 };
@@ -75,6 +77,7 @@ struct conn {
     uint8_t hdr_len;
     uint8_t waiting_block;
     uint8_t fast;              /* fast mode: DC->client bytes pass without crypto */
+    uint8_t splice;            /* DC->client bytes move by splice(2) through a pooled pipe */
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
@@ -87,10 +90,15 @@ struct proxy_stats {
     _Atomic uint64_t dc_connects;      /* DC connections established */
     _Atomic uint64_t dc_connect_fails; /* failed attempts (one address each) */
     _Atomic uint64_t bytes_up, bytes_down;
-    _Atomic uint64_t reads, writes;    /* relay read(2)/writev(2) calls */
+    _Atomic uint64_t reads, writes;    /* relay read(2)/writev(2)/splice(2) calls */
+    _Atomic uint64_t spliced;          /* bytes moved by splice */
     _Atomic uint64_t block_waits;      /* times a connection waited for a buffer block */
     _Atomic uint64_t closed[CR_COUNT];
 };
+
+/* Pipes a worker may lend out at once for splice (2 descriptors each, held only while
+ * bytes are in flight); main counts them in the descriptor budget. */
+#define PROXY_PIPES_PER_WORKER 64
 
 /* Per-worker proxy state (the worker's ctx). */
 struct proxy_worker {
@@ -103,6 +111,10 @@ struct proxy_worker {
     struct conn *waiters;
     uint64_t next_id;
     struct sock_opts sockopts;
+    /* Idle pipes for splice; pipes_out counts those held by connections. */
+    int (*pipes)[2];
+    int npipes, pipes_out, pipes_cap;
+    int pipe_size;
     struct proxy_stats stats;
 };
 

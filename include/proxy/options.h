@@ -35,6 +35,7 @@ struct options {
     int prefer_ipv6;
     int only_ipv4;
     int fast_mode;
+    int splice;
 
     int workers; /* 0 = one per core */
     char public_host[256];

@@ -246,26 +246,39 @@ static char *trim(char *s)
     return s;
 }
 
-int config_load_file(struct config_parser *p, const char *path)
+/* Copies the next line of data[*pos..len) into line the way fgets(3) would: at most
+ * cap - 1 bytes, stopping after a '\n'. Returns 0 at the end of the data. */
+static int next_line(const char *data, size_t len, size_t *pos, char *line, size_t cap)
+{
+    if (*pos >= len)
+        return 0;
+    size_t n = len - *pos;
+    if (n > cap - 1)
+        n = cap - 1;
+    const char *nl = memchr(data + *pos, '\n', n);
+    if (nl)
+        n = (size_t)(nl - (data + *pos)) + 1;
+    memcpy(line, data + *pos, n);
+    line[n] = 0;
+    *pos += n;
+    return 1;
+}
+
+int config_load_buffer(struct config_parser *p, const char *name, const char *data, size_t len)
 {
     int before = p->errors.count;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        add_error(&p->errors, "%s: cannot open: %s", path, strerror(errno));
-        return 1;
-    }
-    char line[4096];
+    char line[CONFIG_LINE_MAX];
+    size_t pos = 0;
     int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
+    while (next_line(data, len, &pos, line, sizeof line)) {
         lineno++;
         char where[300];
-        snprintf(where, sizeof where, "%s:%d", path, lineno);
-        size_t len = strlen(line);
-        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+        snprintf(where, sizeof where, "%s:%d", name, lineno);
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n') {
             add_error(&p->errors, "%s: line too long", where);
-            int c;
-            while ((c = fgetc(f)) != EOF && c != '\n')
-                ;
+            const char *nl = memchr(data + pos, '\n', len - pos); /* skip the rest of it */
+            pos = nl ? (size_t)(nl - data) + 1 : len;
             continue;
         }
         /* A comment starts at '#' at the line start or after white space. */
@@ -300,8 +313,50 @@ int config_load_file(struct config_parser *p, const char *path)
         }
         config_set(p, key, value, CFG_FROM_FILE, where);
     }
-    fclose(f);
     return p->errors.count - before;
+}
+
+int config_load_file(struct config_parser *p, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        add_error(&p->errors, "%s: cannot open: %s", path, strerror(errno));
+        return 1;
+    }
+    char *data = NULL;
+    size_t len = 0, cap = 0;
+    int failed = 0;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= CONFIG_FILE_MAX) {
+                add_error(&p->errors, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
+                failed = 1;
+                break;
+            }
+            size_t ncap = cap ? 2 * cap : 8192;
+            char *nd = realloc(data, ncap);
+            if (!nd) {
+                add_error(&p->errors, "%s: out of memory", path);
+                failed = 1;
+                break;
+            }
+            data = nd;
+            cap = ncap;
+        }
+        size_t got = fread(data + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                add_error(&p->errors, "%s: read error: %s", path, strerror(errno));
+                failed = 1;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    int n = failed ? 1 : config_load_buffer(p, path, data, len);
+    free(data);
+    return n;
 }
 
 int config_load_args(struct config_parser *p, int argc, char **argv)

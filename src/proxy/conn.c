@@ -2,7 +2,9 @@
 #include "proxy/conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -88,6 +90,47 @@ static void relay_watch(struct conn *c)
     side_watch(c, &c->dc, de);
 }
 
+/* --- pipes for splice ------------------------------------------------------------------ */
+
+/* Lends a pipe to side s. Returns 0, or -1 if none can be had (use the block path). */
+static int pipe_take(struct proxy_worker *pw, struct conn_side *s)
+{
+    if (pw->npipes) {
+        pw->npipes--;
+        s->pipe_r = pw->pipes[pw->npipes][0];
+        s->pipe_w = pw->pipes[pw->npipes][1];
+    } else {
+        int fds[2];
+        if (pw->pipes_out >= pw->pipes_cap || pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+            return -1;
+        if (pw->pipe_size)
+            fcntl(fds[1], F_SETPIPE_SZ, pw->pipe_size);
+        s->pipe_r = fds[0];
+        s->pipe_w = fds[1];
+    }
+    pw->pipes_out++;
+    return 0;
+}
+
+/* Gives side s's pipe back: kept for reuse when empty, closed when it still holds bytes. */
+static void pipe_give(struct proxy_worker *pw, struct conn_side *s)
+{
+    if (s->pipe_r < 0)
+        return;
+    if (s->piped == 0 && pw->npipes < pw->pipes_cap) {
+        pw->pipes[pw->npipes][0] = s->pipe_r;
+        pw->pipes[pw->npipes][1] = s->pipe_w;
+        pw->npipes++;
+    } else {
+        close(s->pipe_r);
+        close(s->pipe_w);
+    }
+    pw->pipes_out--;
+    s->pipe_r = s->pipe_w = -1;
+    s->queued -= s->piped;
+    s->piped = 0;
+}
+
 /* --- close ----------------------------------------------------------------------------- */
 
 static void side_release(struct conn *c, struct conn_side *s)
@@ -102,6 +145,7 @@ static void side_release(struct conn *c, struct conn_side *s)
         arena_put(&pw->arena, b);
     }
     s->qhead = s->qtail = NULL;
+    pipe_give(pw, s);
     s->queued = 0;
 }
 
@@ -174,6 +218,22 @@ static int conn_close(struct conn *c, enum conn_reason r)
 static int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
 {
     struct proxy_worker *pw = c->pw;
+    while (s->piped) {
+        ssize_t w = splice(s->pipe_r, NULL, s->fd, NULL, s->piped,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        STAT_INC(&pw->stats.writes);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            if (errno == EINTR)
+                continue;
+            return conn_close(c, s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        }
+        s->piped -= (size_t)w;
+        s->queued -= (size_t)w;
+    }
+    if (s->pipe_r >= 0)
+        pipe_give(pw, s); /* drained: an idle connection holds no pipe */
     while (s->qhead) {
         struct iovec iov[RELAY_IOV_MAX];
         int n = 0;
@@ -230,6 +290,50 @@ static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *d
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
         if (dst->queued >= max)
             break;
+        /* Zero-copy path: only for bytes that need no transformation, and never while
+         * blocks are queued to dst (the pipe and the block queue must not interleave). */
+        if (c->splice && !dec && !enc && !dst->qhead &&
+            (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
+            size_t room = max - dst->queued;
+            if (room > (size_t)pw->pipe_size - dst->piped)
+                room = (size_t)pw->pipe_size - dst->piped;
+            ssize_t n = splice(src->fd, NULL, dst->pipe_w, NULL, room,
+                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+            STAT_INC(&pw->stats.reads);
+            if (n > 0) {
+                dst->piped += (size_t)n;
+                dst->queued += (size_t)n;
+                *counter += (uint64_t)n;
+                STAT_ADD(stat_bytes, (uint64_t)n);
+                STAT_ADD(&pw->stats.spliced, (uint64_t)n);
+                c->last_io = ev_now(pw->w->loop);
+                if (side_flush(c, dst, src))
+                    return -1;
+                if ((size_t)n < room)
+                    break;
+                continue;
+            }
+            if (n == 0) {
+                src->rd_eof = 1;
+                if (side_flush(c, dst, src))
+                    return -1;
+                break;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (!dst->piped)
+                    pipe_give(pw, dst);
+                break;
+            }
+            if (errno == EINTR)
+                continue;
+            if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+                c->splice = 0; /* not for these sockets: fall back to read/write */
+                if (!dst->piped)
+                    pipe_give(pw, dst);
+                continue;
+            }
+            return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        }
         struct arena_block *b = dst->qtail;
         int fresh = 0;
         if (!b || b->end == bs) {
@@ -595,6 +699,8 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->dc.fd = -1;
     c->state = CS_HEADER;
     c->fast = (uint8_t)pw->opt->fast_mode;
+    c->splice = (uint8_t)(c->fast && pw->opt->splice);
+    c->cli.pipe_r = c->cli.pipe_w = c->dc.pipe_r = c->dc.pipe_w = -1;
     c->next = pw->live;
     if (pw->live)
         pw->live->prev = c;
@@ -639,6 +745,11 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
             max_blocks = ARENA_SLAB_BLOCKS;
     }
     arena_init(&pw->arena, opt->block_size, max_blocks, ARENA_SLAB_BLOCKS * 2);
+    pw->pipes_cap = PROXY_PIPES_PER_WORKER;
+    pw->pipes = calloc((size_t)pw->pipes_cap, sizeof *pw->pipes);
+    if (!pw->pipes)
+        return -1;
+    pw->pipe_size = (int)opt->max_buffer;
     pw->sockopts.nodelay = opt->tcp_nodelay;
     pw->sockopts.keepalive_s = (int)(opt->tcp_keepalive_ms / 1000);
     pw->sockopts.sndbuf = (int)opt->sndbuf;
@@ -661,6 +772,12 @@ static void conn_free_ciphers(void *obj)
 void proxy_worker_destroy(struct proxy_worker *pw)
 {
     pool_destroy(&pw->conns, conn_free_ciphers);
+    for (int i = 0; i < pw->npipes; i++) {
+        close(pw->pipes[i][0]);
+        close(pw->pipes[i][1]);
+    }
+    free(pw->pipes);
+    pw->pipes = NULL;
     arena_destroy(&pw->arena);
 }
 
@@ -676,6 +793,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(bytes_down);
     ADD(reads);
     ADD(writes);
+    ADD(spliced);
     ADD(block_waits);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);

@@ -115,6 +115,10 @@ const struct config_option options_table[] = {
      "Trade-off: that header carries, in clear, key material of the client's download "
      "stream, so an observer who sees both legs could link them (MTProto content stays "
      "end-to-end encrypted)."},
+    {.name = "splice", .type = CFG_BOOL, .offset = OFF(splice), .def = "on", .arg = "on|off",
+     .help = "In fast mode, move download bytes for plain and dd clients from the DC socket to "
+     "the client socket with splice(2) through a pipe, never through user space. Pipes are "
+     "lent per connection only while bytes are in flight (at most 64 per worker)."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
