@@ -99,6 +99,10 @@ static void fit_fd_limit(struct options *o, int nworkers)
     /* Two descriptors per connection, plus per worker its listeners, epoll/eventfd and
      * splice pipes (two each), plus slack. */
     long long reserve = (long long)nworkers * (o->nlisten + 4 + 2 * PROXY_PIPES_PER_WORKER) + 32;
+    long long ids = 0; /* pooled DC sockets: per worker, per DC id */
+    for (int i = 0; i < o->ndcs; i++)
+        ids += i == 0 || o->dcs[i].id != o->dcs[i - 1].id;
+    reserve += (long long)nworkers * o->dc_pool * (ids + (o->dc_builtin ? 6 : 0));
     long long fit = ((long long)rl.rlim_cur - reserve) / 2;
     if (rl.rlim_cur != RLIM_INFINITY && fit < o->max_connections) {
         if (fit < 1)
@@ -171,9 +175,13 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
     memset(&s, 0, sizeof s);
-    unsigned long long fd_limit = 0, pauses = 0;
+    unsigned long long fd_limit = 0, pauses = 0, pool[4] = {0};
     for (int i = 0; i < n; i++) {
         proxy_stats_add(&s, &pws[i].stats);
+        pool[0] += atomic_load(&pws[i].dcpool.stats.connects);
+        pool[1] += atomic_load(&pws[i].dcpool.stats.claims);
+        pool[2] += atomic_load(&pws[i].dcpool.stats.dropped);
+        pool[3] += atomic_load(&pws[i].dcpool.stats.failures);
         fd_limit += atomic_load(&ws[i].stats.accept_fd_limit);
         pauses += atomic_load(&ws[i].stats.accept_pauses);
     }
@@ -192,6 +200,8 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
                                 (unsigned long long)s.closed[r]);
     log_info("stats: closed:%s", line);
+    log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
+             pool[1], pool[2], pool[3]);
 }
 
 int main(int argc, char **argv)

@@ -1,4 +1,4 @@
-/* crypto.h: the project's only door to OpenSSL libcrypto (AES-CTR, SHA-256, HMAC, random). */
+/* crypto.h: the only door to OpenSSL libcrypto (AES-CTR, SHA-256, HMAC, X25519, random). */
 #ifndef MTPROXY_CRYPTO_CRYPTO_H
 #define MTPROXY_CRYPTO_CRYPTO_H
 
@@ -54,5 +54,20 @@ int crypto_random(void *buf, size_t len);
 
 /* Constant-time comparison: 1 if the n bytes are equal, else 0. */
 int crypto_memeq(const void *a, const void *b, size_t n);
+
+/* One piece of a message given in several pieces (see crypto_hmac_sha256_spans). */
+struct crypto_span {
+    const void *p;
+    size_t len;
+};
+
+/* HMAC-SHA256(key, spans[0] || spans[1] || ... || spans[n-1]) without joining the pieces.
+ * A span with len 0 may have p NULL. Fails like crypto_sha256. */
+void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypto_span *spans,
+                              size_t n, uint8_t out[CRYPTO_SHA256_LEN]);
+
+/* Writes the 32-byte public key of a freshly generated X25519 key pair (the private key is
+ * discarded): a real curve point for a ServerHello key_share. Returns 0, or -1 on failure. */
+int crypto_x25519_public(uint8_t out[32]);
 
 #endif

@@ -12,6 +12,7 @@
 #include "crypto/crypto.h"
 #include "proto/obfs2.h"
 #include "proxy/dc.h"
+#include "proxy/dcpool.h"
 #include "proxy/options.h"
 
 /* States: accepted -> HEADER -> CONNECTING -> RELAY -> (closed); a bad header -> HOLD. */
@@ -111,6 +112,7 @@ struct proxy_worker {
     struct conn *waiters;
     uint64_t next_id;
     struct sock_opts sockopts;
+    struct dcpool_set dcpool;
     /* Idle pipes for splice; pipes_out counts those held by connections. */
     int (*pipes)[2];
     int npipes, pipes_out, pipes_cap;

@@ -36,6 +36,7 @@ struct options {
     int only_ipv4;
     int fast_mode;
     int splice;
+    int dc_pool;
 
     int workers; /* 0 = one per core */
     char public_host[256];

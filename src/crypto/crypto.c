@@ -1,4 +1,4 @@
-/* crypto.c: AES-256-CTR streams, SHA-256, HMAC-SHA256 and randomness over OpenSSL libcrypto. */
+/* crypto.c: AES-256-CTR, SHA-256, HMAC-SHA256, X25519 keys and randomness over OpenSSL. */
 #include "crypto/crypto.h"
 
 #include <limits.h>
@@ -168,4 +168,49 @@ int crypto_random(void *buf, size_t len) {
 
 int crypto_memeq(const void *a, const void *b, size_t n) {
     return CRYPTO_memcmp(a, b, n) == 0;
+}
+
+/* SHA-256 block size: HMAC pads (or first hashes) the key to this many bytes. */
+#define CRYPTO_SHA256_BLOCK 64
+
+/* HMAC computed from its definition (RFC 2104) over EVP digests, so it needs neither the
+ * HMAC_CTX API (deprecated in OpenSSL 3) nor the EVP_MAC one (absent from 1.1). */
+void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypto_span *spans,
+                              size_t n, uint8_t out[CRYPTO_SHA256_LEN]) {
+    uint8_t k[CRYPTO_SHA256_BLOCK] = {0}, pad[CRYPTO_SHA256_BLOCK], inner[CRYPTO_SHA256_LEN];
+    unsigned int outl = 0;
+    if (keylen > CRYPTO_SHA256_BLOCK)
+        crypto_sha256(key, keylen, NULL, 0, k);
+    else if (keylen > 0)
+        memcpy(k, key, keylen);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    for (size_t i = 0; i < sizeof pad; i++)
+        pad[i] = k[i] ^ 0x36;
+    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+             digest_update(md, pad, sizeof pad);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = digest_update(md, spans[i].p, spans[i].len);
+    ok = ok && EVP_DigestFinal_ex(md, inner, &outl) == 1 && outl == CRYPTO_SHA256_LEN;
+    for (size_t i = 0; i < sizeof pad; i++)
+        pad[i] = k[i] ^ 0x5c;
+    ok = ok && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+         digest_update(md, pad, sizeof pad) && digest_update(md, inner, sizeof inner) &&
+         EVP_DigestFinal_ex(md, out, &outl) == 1 && outl == CRYPTO_SHA256_LEN;
+    EVP_MD_CTX_free(md);
+    OPENSSL_cleanse(k, sizeof k);
+    OPENSSL_cleanse(pad, sizeof pad);
+    OPENSSL_cleanse(inner, sizeof inner);
+    if (!ok)
+        digest_failed(out);
+}
+
+int crypto_x25519_public(uint8_t out[32]) {
+    EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, NULL);
+    EVP_PKEY *pk = NULL;
+    size_t len = 32;
+    int ok = pc && EVP_PKEY_keygen_init(pc) == 1 && EVP_PKEY_keygen(pc, &pk) == 1 &&
+             EVP_PKEY_get_raw_public_key(pk, out, &len) == 1 && len == 32;
+    EVP_PKEY_free(pk);
+    EVP_PKEY_CTX_free(pc);
+    return ok ? 0 : -1;
 }

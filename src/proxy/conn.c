@@ -569,6 +569,15 @@ static void header_done(struct conn *c)
     }
     side_watch(c, &c->cli, 0); /* the client's next bytes wait in its socket */
     c->state = CS_CONNECTING;
+    int fd = dcpool_claim(&pw->dcpool, resolved);
+    if (fd >= 0) { /* pre-connected: the header goes out now, no TCP handshake to wait for */
+        c->dc.fd = fd;
+        c->dc.events = 0;
+        ev_io_init(&c->dc.io, on_dc_io, fd, EV_READ);
+        c->dc.io.data = c;
+        dc_established(c);
+        return;
+    }
     dc_connect_next(c);
 }
 
@@ -722,6 +731,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
 void proxy_on_stop(struct worker *w)
 {
     struct proxy_worker *pw = w->ctx;
+    dcpool_stop(&pw->dcpool);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
@@ -754,6 +764,9 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
     pw->sockopts.keepalive_s = (int)(opt->tcp_keepalive_ms / 1000);
     pw->sockopts.sndbuf = (int)opt->sndbuf;
     pw->sockopts.rcvbuf = (int)opt->rcvbuf;
+    if (dcpool_init(&pw->dcpool, w->loop, dcs, opt->dc_pool, &pw->sockopts,
+                    opt->connect_timeout_ms / 1000.0))
+        return -1;
     w->ctx = pw;
     w->on_accept = proxy_on_accept;
     w->on_stop = proxy_on_stop;
@@ -771,6 +784,7 @@ static void conn_free_ciphers(void *obj)
 
 void proxy_worker_destroy(struct proxy_worker *pw)
 {
+    dcpool_destroy(&pw->dcpool);
     pool_destroy(&pw->conns, conn_free_ciphers);
     for (int i = 0; i < pw->npipes; i++) {
         close(pw->pipes[i][0]);

@@ -119,6 +119,11 @@ const struct config_option options_table[] = {
      .help = "In fast mode, move download bytes for plain and dd clients from the DC socket to "
      "the client socket with splice(2) through a pipe, never through user space. Pipes are "
      "lent per connection only while bytes are in flight (at most 64 per worker)."},
+    {.name = "dc-pool", .type = CFG_INT, .offset = OFF(dc_pool), .def = "0", .min = 0,
+     .max = 64, .arg = "N", .help = "Pre-connected TCP sockets kept per DC per worker (0 = off). "
+     "No header is sent until a client claims one, so its first bytes reach the DC without "
+     "waiting for a TCP connect; sockets the DC closes are noticed and replaced (with back-off "
+     "while they keep failing)."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},

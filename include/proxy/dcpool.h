@@ -1,0 +1,69 @@
+/* dcpool.h: per-worker pools of pre-connected, header-less TCP sockets to each DC. */
+#ifndef MTPROXY_PROXY_DCPOOL_H
+#define MTPROXY_PROXY_DCPOOL_H
+
+#include <ev.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/sock.h"
+#include "proxy/dc.h"
+
+struct dcpool;
+
+/* One pooled socket. */
+struct dcpool_slot {
+    struct dcpool *pool;
+    int fd;          /* -1 when empty */
+    int ready;       /* connected and idle */
+    int addr_try;    /* index of the address being tried, within the pool's addresses */
+    ev_io io;
+    ev_timer timer;  /* connect timeout, or back-off before reconnecting */
+    ev_tstamp born;  /* when it became ready */
+};
+
+/* The pool for one DC id. */
+struct dcpool {
+    struct dcpool_set *set;
+    int id;
+    int first, count;  /* its addresses in the dc table */
+    int fails;         /* consecutive failures, for back-off */
+    struct dcpool_slot *slots;
+};
+
+struct dcpool_stats {
+    _Atomic uint64_t connects;  /* pooled sockets that became ready */
+    _Atomic uint64_t claims;    /* handed to a client */
+    _Atomic uint64_t dropped;   /* ready sockets the DC closed (replaced) */
+    _Atomic uint64_t failures;  /* connect attempts that failed */
+};
+
+/* All pools of one worker. */
+struct dcpool_set {
+    struct ev_loop *loop;
+    const struct dc_table *dcs;
+    struct sock_opts opts;
+    double connect_timeout;
+    int per_dc;
+    struct dcpool *pools;
+    int npools;
+    int stopped;
+    struct dcpool_stats stats;
+};
+
+/* Creates per_dc sockets for every DC id of the table (each id group once) and starts
+ * connecting them in loop. per_dc 0 makes an empty set. Returns 0, or -1. */
+int dcpool_init(struct dcpool_set *s, struct ev_loop *loop, const struct dc_table *dcs,
+                int per_dc, const struct sock_opts *opts, double connect_timeout);
+
+/* Hands out a connected, idle socket to DC id (as resolved by dc_lookup), checked alive, and
+ * starts replacing it. Returns the fd (the caller owns it), or -1 if none is ready. */
+int dcpool_claim(struct dcpool_set *s, int id);
+
+/* Closes every pooled socket and stops the watchers (before the loop ends). */
+void dcpool_stop(struct dcpool_set *s);
+
+/* Frees the memory (after dcpool_stop). */
+void dcpool_destroy(struct dcpool_set *s);
+
+#endif
