@@ -97,6 +97,13 @@ struct proxy_stats {
     _Atomic uint64_t closed[CR_COUNT];
 };
 
+/* Counter updates by the owning worker (relaxed: plain loads and stores, no lock prefix). */
+#define STAT_INC(p) WORKER_STAT_INC(p)
+#define STAT_ADD(p, n)                                                                         \
+    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + (n),          \
+                          memory_order_relaxed)
+#define STAT_DEC(p) STAT_ADD(p, (uint64_t)-1)
+
 /* Pipes a worker may lend out at once for splice (2 descriptors each, held only while
  * bytes are in flight); main counts them in the descriptor budget. */
 #define PROXY_PIPES_PER_WORKER 64
@@ -132,6 +139,14 @@ void proxy_worker_destroy(struct proxy_worker *pw);
 /* Handlers given to core/worker (exposed for tests). */
 void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer);
 void proxy_on_stop(struct worker *w);
+
+/* Ends a connection: logs the reason once, counts it, frees everything. The caller must not
+ * touch c afterwards. Returns -1 so that `return conn_close(...)` propagates "closed". */
+int conn_close(struct conn *c, enum conn_reason r);
+
+/* Pauses accepting while the connection slots or the buffer arena are used up; resumes
+ * otherwise. */
+void conn_check_accept(struct proxy_worker *pw);
 
 /* Adds the counters of src into dst (relaxed reads of another thread's counters). */
 void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src);

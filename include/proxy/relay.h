@@ -1,0 +1,31 @@
+/* relay.h: the relay between a connection's two sockets (used by the connection machine). */
+#ifndef MTPROXY_PROXY_RELAY_H
+#define MTPROXY_PROXY_RELAY_H
+
+#include "proxy/conn.h"
+
+/* Starts side s's watcher with exactly `events` (0 stops it); no-op if unchanged. */
+void side_watch(struct conn *c, struct conn_side *s, unsigned events);
+
+/* In RELAY: reads a side while it has not ended, its sink has room and no block is awaited;
+ * watches for writability while bytes are queued to it. */
+void relay_watch(struct conn *c);
+
+/* Stops side s, closes its socket, gives back its queued blocks and pipe. */
+void side_release(struct conn *c, struct conn_side *s);
+
+/* Takes c off its worker's list of connections waiting for a block. */
+void waiters_remove(struct proxy_worker *pw, struct conn *c);
+
+/* Wakes connections waiting for a block while blocks can be had. */
+void waiters_wake(struct proxy_worker *pw);
+
+/* Writes what is queued to side s (from the pipe or the blocks). Once the queue drains and
+ * `from` has ended, shuts s for writing (half-close). Returns 0, or -1 if c was closed. */
+int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from);
+
+/* Handles readiness of side s in RELAY: flushes on EV_WRITE, pumps the direction that reads
+ * s on EV_READ, then closes c when both directions ended and drained, or re-watches. */
+void relay_event(struct conn *c, struct conn_side *s, int revents);
+
+#endif

@@ -1,0 +1,350 @@
+/* relay.c: moving bytes between a connection's two sockets: interest, queues, pipes, pump. */
+#include "proxy/relay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+#define RELAY_IOV_MAX 16
+#define RELAY_READS_PER_EVENT 4 /* fairness: at most this many reads per readiness */
+
+/* --- interest management --------------------------------------------------------------- */
+
+/* Starts io with exactly `events` (no syscall if unchanged: libev batches the change). */
+void side_watch(struct conn *c, struct conn_side *s, unsigned events)
+{
+    if (s->fd < 0 || s->events == events)
+        return;
+    struct ev_loop *loop = c->pw->w->loop;
+    if (s->events)
+        ev_io_stop(loop, &s->io);
+    s->events = events;
+    if (events) {
+        ev_io_set(&s->io, s->fd, (int)events);
+        ev_io_start(loop, &s->io);
+    }
+}
+
+/* In RELAY: read a side while it has not ended, its sink has room and no block is awaited;
+ * watch for writability while bytes are queued to it. */
+void relay_watch(struct conn *c)
+{
+    size_t max = c->pw->opt->max_buffer;
+    unsigned ce = 0, de = 0;
+    if (!c->cli.rd_eof && c->dc.queued < max && !c->waiting_block)
+        ce |= EV_READ;
+    if (!c->dc.rd_eof && c->cli.queued < max && !c->waiting_block)
+        de |= EV_READ;
+    if (c->cli.queued)
+        ce |= EV_WRITE;
+    if (c->dc.queued)
+        de |= EV_WRITE;
+    side_watch(c, &c->cli, ce);
+    side_watch(c, &c->dc, de);
+}
+
+/* --- pipes for splice ------------------------------------------------------------------ */
+
+/* Lends a pipe to side s. Returns 0, or -1 if none can be had (use the block path). */
+static int pipe_take(struct proxy_worker *pw, struct conn_side *s)
+{
+    if (pw->npipes) {
+        pw->npipes--;
+        s->pipe_r = pw->pipes[pw->npipes][0];
+        s->pipe_w = pw->pipes[pw->npipes][1];
+    } else {
+        int fds[2];
+        if (pw->pipes_out >= pw->pipes_cap || pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+            return -1;
+        if (pw->pipe_size)
+            fcntl(fds[1], F_SETPIPE_SZ, pw->pipe_size);
+        s->pipe_r = fds[0];
+        s->pipe_w = fds[1];
+    }
+    pw->pipes_out++;
+    return 0;
+}
+
+/* Gives side s's pipe back: kept for reuse when empty, closed when it still holds bytes. */
+static void pipe_give(struct proxy_worker *pw, struct conn_side *s)
+{
+    if (s->pipe_r < 0)
+        return;
+    if (s->piped == 0 && pw->npipes < pw->pipes_cap) {
+        pw->pipes[pw->npipes][0] = s->pipe_r;
+        pw->pipes[pw->npipes][1] = s->pipe_w;
+        pw->npipes++;
+    } else {
+        close(s->pipe_r);
+        close(s->pipe_w);
+    }
+    pw->pipes_out--;
+    s->pipe_r = s->pipe_w = -1;
+    s->queued -= s->piped;
+    s->piped = 0;
+}
+
+
+void side_release(struct conn *c, struct conn_side *s)
+{
+    struct proxy_worker *pw = c->pw;
+    side_watch(c, s, 0);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+    for (struct arena_block *b = s->qhead, *n; b; b = n) {
+        n = b->next;
+        arena_put(&pw->arena, b);
+    }
+    s->qhead = s->qtail = NULL;
+    pipe_give(pw, s);
+    s->queued = 0;
+}
+
+void waiters_remove(struct proxy_worker *pw, struct conn *c)
+{
+    for (struct conn **pp = &pw->waiters; *pp; pp = &(*pp)->wait_next) {
+        if (*pp == c) {
+            *pp = c->wait_next;
+            break;
+        }
+    }
+    c->wait_next = NULL;
+    c->waiting_block = 0;
+}
+
+/* Wakes connections waiting for a block, as many as there are free blocks now. */
+void waiters_wake(struct proxy_worker *pw)
+{
+    while (pw->waiters && !arena_exhausted(&pw->arena)) {
+        struct conn *c = pw->waiters;
+        pw->waiters = c->wait_next;
+        c->wait_next = NULL;
+        c->waiting_block = 0;
+        if (c->state == CS_RELAY)
+            relay_watch(c);
+        if (!pw->arena.partial)
+            break; /* the next get maps a new slab: wake one at a time */
+    }
+}
+
+/* --- relay ----------------------------------------------------------------------------- */
+
+/* Writes what is queued to side s. Returns 0, or -1 if the connection was closed. Once the
+ * queue drains and the opposite side has ended, s is shut for writing (half-close). */
+int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
+{
+    struct proxy_worker *pw = c->pw;
+    while (s->piped) {
+        ssize_t w = splice(s->pipe_r, NULL, s->fd, NULL, s->piped,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        STAT_INC(&pw->stats.writes);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            if (errno == EINTR)
+                continue;
+            return conn_close(c, s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        }
+        s->piped -= (size_t)w;
+        s->queued -= (size_t)w;
+    }
+    if (s->pipe_r >= 0)
+        pipe_give(pw, s); /* drained: an idle connection holds no pipe */
+    while (s->qhead) {
+        struct iovec iov[RELAY_IOV_MAX];
+        int n = 0;
+        for (struct arena_block *b = s->qhead; b && n < RELAY_IOV_MAX; b = b->next) {
+            iov[n].iov_base = b->data + b->start;
+            iov[n].iov_len = b->end - b->start;
+            n++;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        STAT_INC(&pw->stats.writes);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            if (errno == EINTR)
+                continue;
+            return conn_close(c, s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        }
+        s->queued -= (size_t)w;
+        while (w > 0) {
+            struct arena_block *b = s->qhead;
+            size_t len = b->end - b->start;
+            if ((size_t)w < len) {
+                b->start += (uint32_t)w;
+                break;
+            }
+            w -= (ssize_t)len;
+            s->qhead = b->next;
+            if (!s->qhead)
+                s->qtail = NULL;
+            arena_put(&pw->arena, b);
+        }
+        if (s->qhead)
+            return 0; /* short write: the socket is full, wait for EV_WRITE */
+    }
+    if (pw->waiters)
+        waiters_wake(pw);
+    if (from->rd_eof && !s->wr_shut) {
+        shutdown(s->fd, SHUT_WR);
+        s->wr_shut = 1;
+    }
+    return 0;
+}
+
+/* Reads from src, decrypts with dec, encrypts with enc in the same bytes (either may be NULL),
+ * queues them to dst and writes them out. One function for both directions. Returns 0, or
+ * -1 if the connection was closed. */
+static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *dst,
+                      struct crypto_ctr *dec, struct crypto_ctr *enc, uint64_t *counter,
+                      _Atomic uint64_t *stat_bytes)
+{
+    struct proxy_worker *pw = c->pw;
+    size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
+    for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
+        if (dst->queued >= max)
+            break;
+        /* Zero-copy path: only for bytes that need no transformation, and never while
+         * blocks are queued to dst (the pipe and the block queue must not interleave). */
+        if (c->splice && !dec && !enc && !dst->qhead &&
+            (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
+            size_t room = max - dst->queued;
+            if (room > (size_t)pw->pipe_size - dst->piped)
+                room = (size_t)pw->pipe_size - dst->piped;
+            ssize_t n = splice(src->fd, NULL, dst->pipe_w, NULL, room,
+                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+            STAT_INC(&pw->stats.reads);
+            if (n > 0) {
+                dst->piped += (size_t)n;
+                dst->queued += (size_t)n;
+                *counter += (uint64_t)n;
+                STAT_ADD(stat_bytes, (uint64_t)n);
+                STAT_ADD(&pw->stats.spliced, (uint64_t)n);
+                c->last_io = ev_now(pw->w->loop);
+                if (side_flush(c, dst, src))
+                    return -1;
+                if ((size_t)n < room)
+                    break;
+                continue;
+            }
+            if (n == 0) {
+                src->rd_eof = 1;
+                if (side_flush(c, dst, src))
+                    return -1;
+                break;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (!dst->piped)
+                    pipe_give(pw, dst);
+                break;
+            }
+            if (errno == EINTR)
+                continue;
+            if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+                c->splice = 0; /* not for these sockets: fall back to read/write */
+                if (!dst->piped)
+                    pipe_give(pw, dst);
+                continue;
+            }
+            return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        }
+        struct arena_block *b = dst->qtail;
+        int fresh = 0;
+        if (!b || b->end == bs) {
+            b = arena_get(&pw->arena);
+            if (!b) {
+                STAT_INC(&pw->stats.block_waits);
+                if (!c->waiting_block) {
+                    c->waiting_block = 1;
+                    c->wait_next = pw->waiters;
+                    pw->waiters = c;
+                }
+                conn_check_accept(pw);
+                break;
+            }
+            fresh = 1;
+        }
+        size_t room = bs - b->end;
+        if (room > max - dst->queued)
+            room = max - dst->queued;
+        ssize_t n = read(src->fd, b->data + b->end, room);
+        STAT_INC(&pw->stats.reads);
+        if (n > 0) {
+            uint8_t *p = b->data + b->end;
+            if (dec) /* NULL on the download direction in fast mode: bytes pass as they are */
+                crypto_ctr_apply(dec, p, p, (size_t)n);
+            if (enc)
+                crypto_ctr_apply(enc, p, p, (size_t)n);
+            b->end += (uint32_t)n;
+            if (fresh) {
+                if (dst->qtail)
+                    dst->qtail->next = b;
+                else
+                    dst->qhead = b;
+                dst->qtail = b;
+            }
+            dst->queued += (size_t)n;
+            *counter += (uint64_t)n;
+            STAT_ADD(stat_bytes, (uint64_t)n);
+            c->last_io = ev_now(pw->w->loop);
+            if (side_flush(c, dst, src))
+                return -1;
+            if ((size_t)n < room)
+                break; /* the socket is drained: another read would only say EAGAIN */
+            continue;
+        }
+        if (fresh)
+            arena_put(&pw->arena, b);
+        if (n == 0) {
+            src->rd_eof = 1;
+            if (!dst->qhead && side_flush(c, dst, src))
+                return -1;
+            break;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            break;
+        if (errno == EINTR)
+            continue;
+        return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+    }
+    return 0;
+}
+
+/* After any relay event: close when both directions ended and drained, else re-watch. */
+static void relay_settle(struct conn *c)
+{
+    if (c->cli.rd_eof && c->dc.rd_eof && !c->cli.queued && !c->dc.queued) {
+        conn_close(c, CR_DONE);
+        return;
+    }
+    relay_watch(c);
+}
+
+void relay_event(struct conn *c, struct conn_side *s, int revents)
+{
+    int is_cli = s == &c->cli;
+    struct conn_side *o = is_cli ? &c->dc : &c->cli;
+    if (revents & EV_WRITE) {
+        if (side_flush(c, s, o))
+            return;
+    }
+    if (revents & EV_READ) {
+        int rc = is_cli ? relay_pump(c, s, o, c->cli_dec, c->dc_enc, &c->up_bytes,
+                                     &c->pw->stats.bytes_up)
+                        : relay_pump(c, s, o, c->fast ? NULL : c->dc_dec,
+                                     c->fast ? NULL : c->cli_enc, &c->down_bytes,
+                                     &c->pw->stats.bytes_down);
+        if (rc)
+            return;
+    }
+    relay_settle(c);
+}
+
