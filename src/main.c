@@ -12,12 +12,14 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/replay.h"
 #include "core/sock.h"
 #include "core/worker.h"
 #include "crypto/crypto.h"
 #include "proto/secret.h"
 #include "proxy/conn.h"
 #include "proxy/dc.h"
+#include "proxy/fronting.h"
 #include "proxy/options.h"
 
 #define EXIT_CONFIG 2
@@ -32,7 +34,8 @@ static void usage(FILE *f)
             "  mtproxy [--config FILE] [--KEY VALUE ...]   run the proxy\n"
             "  mtproxy --check-config [--config FILE] [--KEY VALUE ...]\n"
             "                                            validate the configuration and exit\n"
-            "  mtproxy generate-secret [--dd]            print a new random secret\n"
+            "  mtproxy generate-secret [--dd | --tls DOMAIN]\n"
+            "                                            print a new random secret\n"
             "  mtproxy --help | --version\n\n"
             "Every config file key can be given as --KEY VALUE (the command line wins; a\n"
             "repeatable key given on the command line replaces the file's values).\n\n"
@@ -42,24 +45,27 @@ static void usage(FILE *f)
 
 static int generate_secret(int argc, char **argv)
 {
-    int dd = 0;
+    struct secret s = {.kind = SECRET_PLAIN};
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--dd") == 0) {
-            dd = 1;
-        } else if (strcmp(argv[i], "--tls") == 0) {
-            fprintf(stderr, "mtproxy: FakeTLS (ee) secrets are not supported by this version "
-                            "yet\n");
-            return EXIT_CONFIG;
+            s.kind = SECRET_DD;
+        } else if (strcmp(argv[i], "--tls") == 0 && i + 1 < argc) {
+            s.kind = SECRET_EE;
+            snprintf(s.domain, sizeof s.domain, "%s", argv[++i]);
         } else {
-            fprintf(stderr, "mtproxy: generate-secret: unknown argument '%s'\n", argv[i]);
+            fprintf(stderr, "mtproxy: generate-secret [--dd | --tls DOMAIN]: bad argument "
+                            "'%s'\n", argv[i]);
             return EXIT_CONFIG;
         }
     }
-    struct secret s = {.kind = dd ? SECRET_DD : SECRET_PLAIN};
-    char hex[64];
-    if (crypto_random(s.key, sizeof s.key) || secret_to_hex(&s, hex, sizeof hex) < 0) {
+    char hex[SECRET_HEX_MAX + 1], err[256];
+    if (crypto_random(s.key, sizeof s.key)) {
         fprintf(stderr, "mtproxy: no random source\n");
         return 1;
+    }
+    if (secret_to_hex(&s, hex, sizeof hex) < 0 || secret_parse(NULL, hex, &s, err, sizeof err)) {
+        fprintf(stderr, "mtproxy: generate-secret: bad domain '%s'\n", s.domain);
+        return EXIT_CONFIG;
     }
     printf("%s\n", hex);
     return 0;
@@ -194,6 +200,9 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
              (unsigned long long)s.writes, (unsigned long long)s.spliced,
              (unsigned long long)s.block_waits, fd_limit, pauses);
+    log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu",
+             (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
+             (unsigned long long)s.masked, (unsigned long long)s.replays);
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
@@ -281,6 +290,27 @@ int main(int argc, char **argv)
 
     static struct dc_table dcs;
     dc_table_build(&dcs, &opt);
+    static struct mask_table masks;
+    if (mask_table_build(&masks, &opt, err, sizeof err)) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
+    struct replay *replay = NULL;
+    if (opt.replay_cache) {
+        /* The window covers a hello stamped at the edge of the future skew until it falls
+         * off the past skew; with tls-ignore-time the cache is FIFO only. */
+        struct replay_config rc = {.window = opt.tls_ignore_time ? 0
+                                                                 : 2 * (opt.tls_time_skew_ms / 1000)};
+        rc.max_entries = opt.replay_cache / 36 + 1;
+        while (rc.max_entries > 1 && replay_memory_for(&rc) > opt.replay_cache)
+            rc.max_entries -= rc.max_entries / 16 + 1;
+        if (!(replay = replay_new(&rc))) {
+            log_error("cannot allocate the replay cache (%zu bytes)", opt.replay_cache);
+            return 1;
+        }
+        log_info("replay cache: %zu entries, %zu bytes, window %u s", rc.max_entries,
+                 replay_memory_for(&rc), rc.window);
+    }
 
     struct worker *ws = calloc((size_t)nworkers, sizeof *ws);
     struct proxy_worker *pws = calloc((size_t)nworkers, sizeof *pws);
@@ -288,7 +318,7 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < nworkers; i++) {
         if (worker_init(&ws[i], i, proxy_on_accept, proxy_on_stop, NULL, NULL) ||
-            proxy_worker_init(&pws[i], &ws[i], &opt, &dcs, nworkers)) {
+            proxy_worker_init(&pws[i], &ws[i], &opt, &dcs, &masks, replay, nworkers)) {
             log_error("cannot set up worker %d", i);
             return 1;
         }
@@ -362,6 +392,7 @@ int main(int argc, char **argv)
     log_info("stopped");
     free(ws);
     free(pws);
+    replay_free(replay);
     log_close();
     return 0;
 }

@@ -10,18 +10,34 @@
 #include "core/sock.h"
 #include "core/worker.h"
 #include "crypto/crypto.h"
+#include "proto/faketls.h"
 #include "proto/obfs2.h"
 #include "proxy/dc.h"
 #include "proxy/dcpool.h"
+#include "proxy/fronting.h"
 #include "proxy/options.h"
 
-/* States: accepted -> HEADER -> CONNECTING -> RELAY -> (closed); a bad header -> HOLD. */
+/*
+ * States:
+ *   HEADER --(64 bytes, valid)--------------------------------> CONNECTING -> RELAY
+ *   HEADER --(16 03 01|03)--> TLS_HELLO --(valid, answered)--> TLS_HEADER --^
+ *   any rejection before we answered --> CONNECTING (mode MASK: to the real site) -> RELAY,
+ *                                        or HOLD when there is nowhere to front to.
+ */
 enum conn_state {
     CS_FREE = 0,
-    CS_HEADER,     /* reading the client's 64-byte obfuscated2 header */
-    CS_CONNECTING, /* header accepted; connecting to the DC */
+    CS_HEADER,     /* reading the client's first bytes / 64-byte obfuscated2 header */
+    CS_TLS_HELLO,  /* buffering a FakeTLS ClientHello */
+    CS_TLS_HEADER, /* answered; reading the obfuscated2 header inside TLS records */
+    CS_CONNECTING, /* connecting to the DC (or, in mode MASK, to the fronting target) */
     CS_RELAY,      /* both sides open (or half-closed); bytes flow */
     CS_HOLD,       /* bad client: read and discard silently until a random deadline */
+};
+
+/* What the upstream side is. */
+enum conn_mode {
+    CONN_MODE_MTPROTO = 0, /* a Telegram DC, with obfuscated2 both ways */
+    CONN_MODE_MASK,        /* the fronted web server: bytes pass untouched */
 };
 
 /* Why a connection ended: logged once and counted. */
@@ -35,6 +51,8 @@ enum conn_reason {
     CR_DC_UNREACHABLE,    /* every address of the DC failed or timed out */
     CR_IDLE,              /* no bytes either way for idle-timeout */
     CR_NO_MEMORY,         /* could not get a cipher context or buffer */
+    CR_CLIENT_PROTOCOL,   /* bad TLS record or header from a client we already answered */
+    CR_MASK_UNREACHABLE,  /* the fronting target could not be reached */
     CR_SHUTDOWN,          /* proxy stopping */
     CR_COUNT
 };
@@ -55,6 +73,7 @@ struct conn_side {
 };
 
 struct proxy_worker;
+struct replay;
 
 struct conn {
     void *pool_link; /* owned by the pool while the slot is free */
@@ -78,7 +97,13 @@ struct conn {
     uint8_t hdr_len;
     uint8_t waiting_block;
     uint8_t fast;              /* fast mode: DC->client bytes pass without crypto */
-    uint8_t splice;            /* DC->client bytes move by splice(2) through a pooled pipe */
+    uint8_t splice;            /* bytes that need no transformation move by splice(2) */
+    uint8_t mode;              /* enum conn_mode */
+    uint8_t tls;               /* the client speaks FakeTLS (records both ways) */
+    const struct mask_target *mask; /* mode MASK: where to */
+    uint8_t *hbuf;             /* TLS_HELLO: the hello bytes so far (heap, freed after) */
+    uint32_t hlen, hcap;
+    struct faketls_deframer defr; /* tls: client records -> payload */
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
@@ -94,6 +119,10 @@ struct proxy_stats {
     _Atomic uint64_t reads, writes;    /* relay read(2)/writev(2)/splice(2) calls */
     _Atomic uint64_t spliced;          /* bytes moved by splice */
     _Atomic uint64_t block_waits;      /* times a connection waited for a buffer block */
+    _Atomic uint64_t tls_handshakes;   /* FakeTLS hellos answered */
+    _Atomic uint64_t rejected;         /* clients we would not serve (then masked or held) */
+    _Atomic uint64_t masked;           /* connections fronted to the real site */
+    _Atomic uint64_t replays;          /* handshakes refused as replays */
     _Atomic uint64_t closed[CR_COUNT];
 };
 
@@ -113,6 +142,9 @@ struct proxy_worker {
     struct worker *w;
     const struct options *opt;
     const struct dc_table *dcs;
+    const struct mask_table *masks;
+    struct replay *replay;             /* shared by all workers; NULL = off */
+    int tls_enabled;                   /* allow-ee and at least one ee secret */
     struct arena arena;
     struct pool conns;
     struct conn *live;
@@ -131,7 +163,8 @@ struct proxy_worker {
  * handlers in w. Limits are the options' process-wide values divided by nworkers.
  * Returns 0, or -1. */
 int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
-                      const struct dc_table *dcs, int nworkers);
+                      const struct dc_table *dcs, const struct mask_table *masks,
+                      struct replay *replay, int nworkers);
 
 /* Frees the pools (after the worker's loop has ended). */
 void proxy_worker_destroy(struct proxy_worker *pw);

@@ -35,6 +35,17 @@ struct options {
     int prefer_ipv6;
     int only_ipv4;
     int fast_mode;
+    int allow_plain, allow_dd, allow_ee; /* client kinds served */
+    int mask;                 /* front non-clients to the real site (else hold silently) */
+    char mask_host[256];      /* "" = the ee secret's domain */
+    int mask_port;
+    int mask_proxy_protocol;  /* 0 off, 1 v1, 2 v2 */
+    unsigned tls_time_skew_ms;
+    int tls_ignore_time;
+    int tls_sni_check;
+    int tls_ext_order;        /* enum faketls_ext_order */
+    int tls_appdata_min, tls_appdata_max;
+    size_t replay_cache;      /* bytes; 0 = off */
     int splice;
     int dc_pool;
 

@@ -20,6 +20,10 @@ void waiters_remove(struct proxy_worker *pw, struct conn *c);
 /* Wakes connections waiting for a block while blocks can be had. */
 void waiters_wake(struct proxy_worker *pw);
 
+/* Appends a copy of p[0..n) to the queue of side s (handshake bytes, replayed probes).
+ * Returns 0, or -1 if no block could be had. */
+int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n);
+
 /* Writes what is queued to side s (from the pipe or the blocks). Once the queue drains and
  * `from` has ended, shuts s for writing (half-close). Returns 0, or -1 if c was closed. */
 int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/replay.h"
 #include "proxy/relay.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
@@ -26,6 +27,8 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_DC_UNREACHABLE] = "dc-unreachable",
     [CR_IDLE] = "idle-timeout",
     [CR_NO_MEMORY] = "no-memory",
+    [CR_CLIENT_PROTOCOL] = "client-protocol-error",
+    [CR_MASK_UNREACHABLE] = "mask-unreachable",
     [CR_SHUTDOWN] = "shutdown",
 };
 
@@ -37,6 +40,7 @@ const char *conn_reason_name(enum conn_reason r)
 static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents);
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+static void hbuf_free(struct conn *c);
 
 /* --- accept-side limits -------------------------------------------------------------- */
 
@@ -73,6 +77,7 @@ int conn_close(struct conn *c, enum conn_reason r)
         waiters_remove(pw, c);
     side_release(c, &c->cli);
     side_release(c, &c->dc);
+    hbuf_free(c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -95,21 +100,35 @@ static void timer_arm(struct conn *c, double seconds)
     ev_timer_start(c->pw->w->loop, &c->timer);
 }
 
+/* The address of upstream attempt i: a DC address, or the fronting target. */
+static const struct sock_addr *target_addr(const struct conn *c, int i)
+{
+    if (c->mode == CONN_MODE_MASK)
+        return &c->mask->addr;
+    return &c->pw->dcs->e[c->dc_first + i].addr;
+}
+
+static void log_attempt(struct conn *c, const struct sock_addr *a, int err)
+{
+    if (!log_enabled(LOG_LVL_DEBUG))
+        return;
+    char t[SOCK_ADDR_STRLEN];
+    sock_addr_format(a, t, sizeof t);
+    log_debug("w%d conn %llu: connect %s %d %s: %s", c->pw->w->id, (unsigned long long)c->id,
+              c->mode == CONN_MODE_MASK ? "mask" : "dc", c->dc_resolved, t,
+              err ? strerror(err) : "timed out");
+}
+
 /* Starts connecting to the next candidate address. Returns 0, or -1 if closed. */
 static int dc_connect_next(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     while (c->dc_try < c->dc_count) {
-        const struct dc_entry *e = &pw->dcs->e[c->dc_first + c->dc_try++];
-        int fd = sock_connect(&e->addr, &pw->sockopts);
+        const struct sock_addr *a = target_addr(c, c->dc_try++);
+        int fd = sock_connect(a, &pw->sockopts);
         if (fd < 0) {
             STAT_INC(&pw->stats.dc_connect_fails);
-            if (log_enabled(LOG_LVL_DEBUG)) {
-                char a[SOCK_ADDR_STRLEN];
-                sock_addr_format(&e->addr, a, sizeof a);
-                log_debug("w%d conn %llu: connect dc %d %s: %s", pw->w->id,
-                          (unsigned long long)c->id, e->id, a, strerror(errno));
-            }
+            log_attempt(c, a, errno);
             continue;
         }
         c->dc.fd = fd;
@@ -120,116 +139,45 @@ static int dc_connect_next(struct conn *c)
         timer_arm(c, pw->opt->connect_timeout_ms / 1000.0);
         return 0;
     }
-    return conn_close(c, CR_DC_UNREACHABLE);
+    return conn_close(c, c->mode == CONN_MODE_MASK ? CR_MASK_UNREACHABLE : CR_DC_UNREACHABLE);
 }
 
-/* Drops the current DC attempt (failed or timed out) and tries the next address. */
+/* Drops the current attempt (failed or timed out) and tries the next address. */
 static int dc_retry(struct conn *c, int err)
 {
-    struct proxy_worker *pw = c->pw;
-    STAT_INC(&pw->stats.dc_connect_fails);
-    if (log_enabled(LOG_LVL_DEBUG)) {
-        char a[SOCK_ADDR_STRLEN];
-        sock_addr_format(&pw->dcs->e[c->dc_first + c->dc_try - 1].addr, a, sizeof a);
-        log_debug("w%d conn %llu: connect dc %d %s: %s", pw->w->id, (unsigned long long)c->id,
-                  c->dc_resolved, a, err ? strerror(err) : "timed out");
-    }
+    STAT_INC(&c->pw->stats.dc_connect_fails);
+    log_attempt(c, target_addr(c, c->dc_try - 1), err);
     side_watch(c, &c->dc, 0);
     close(c->dc.fd);
     c->dc.fd = -1;
     return dc_connect_next(c);
 }
 
-/* The DC socket is connected: send our own obfuscated2 header and start relaying. */
+/* The upstream socket is connected: what is queued for it (our obfuscated2 header and any
+ * early client bytes, or the replayed probe) goes out, and the relay starts. */
 static int dc_established(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    uint8_t wire[OBFS2_HDR_LEN];
-    struct obfs2_keys k;
-    obfs2_derive(c->hdr, NULL, &k); /* c->hdr holds the plain DC header built by header_done */
-    if (crypto_ctr_init(c->dc_enc, k.fwd.key, k.fwd.iv) ||
-        (!c->fast && crypto_ctr_init(c->dc_dec, k.rev.key, k.rev.iv)))
-        return conn_close(c, CR_NO_MEMORY);
-    obfs2_seal(c->hdr, c->dc_enc, wire);
-    struct arena_block *b = arena_get(&pw->arena);
-    if (!b)
-        return conn_close(c, CR_NO_MEMORY);
-    memcpy(b->data, wire, sizeof wire);
-    b->end = sizeof wire;
-    c->dc.qhead = c->dc.qtail = b;
-    c->dc.queued = sizeof wire;
-    STAT_INC(&pw->stats.dc_connects);
+    if (c->mode == CONN_MODE_MTPROTO)
+        STAT_INC(&pw->stats.dc_connects);
     c->state = CS_RELAY;
     c->last_io = ev_now(pw->w->loop);
     timer_arm(c, pw->opt->idle_timeout_ms / 1000.0);
     if (side_flush(c, &c->dc, &c->cli))
         return -1;
-    ev_io_init(&c->cli.io, on_cli_io, c->cli.fd, EV_READ);
-    c->cli.io.data = c;
-    c->cli.events = 0;
     relay_watch(c);
     return 0;
 }
 
-/* --- client header --------------------------------------------------------------------- */
-
-/* Enters HOLD: the client gets no answer; it is read and discarded until a random deadline
- * between 0.5 and 1.5 handshake timeouts, then closed. */
-static void hold(struct conn *c)
-{
-    uint16_t r = 0;
-    crypto_random(&r, sizeof r);
-    double base = c->pw->opt->handshake_timeout_ms / 1000.0;
-    c->state = CS_HOLD;
-    timer_arm(c, base * (0.5 + r / 65535.0));
-}
-
-static void header_done(struct conn *c)
+/* Connects the upstream side: a pooled DC socket if one is ready, else a new connect. The
+ * client is read again only once the relay runs (its bytes wait in its socket). */
+static void upstream_start(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    struct obfs2_hello h;
-    char peer[SOCK_ADDR_STRLEN];
-    if (obfs2_parse(c->hdr, pw->opt->secrets, (size_t)pw->opt->nsecrets, OBFS2_ALLOW_ALL, &h) !=
-        OBFS2_OK) {
-        if (log_enabled(LOG_LVL_INFO)) {
-            sock_addr_format(&c->peer, peer, sizeof peer);
-            log_info("w%d conn %llu %s: bad header (no secret matches); holding", pw->w->id,
-                     (unsigned long long)c->id, peer);
-        }
-        hold(c);
-        return;
-    }
-    STAT_INC(&pw->stats.handshakes);
-    c->tag = h.tag;
-    c->dc_id = h.dc;
-    c->secret_idx = (uint8_t)h.secret_index;
-    uint8_t skip[OBFS2_HDR_LEN];
-    if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
-        (!c->fast && crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv))) {
-        conn_close(c, CR_NO_MEMORY);
-        return;
-    }
-    crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
-    /* The client's header is spent: build ours toward the DC in its place. In fast mode its
-     * key material is the client's download key and IV (reversed), so the DC encrypts for
-     * the client and the download direction needs no crypto here (PROTOCOL.md 5.2). */
-    if (obfs2_build(c->hdr, h.tag, h.dc, c->fast ? &h.keys.rev : NULL)) {
-        conn_close(c, CR_NO_MEMORY);
-        return;
-    }
-    int resolved = 0;
-    c->dc_count = dc_lookup(pw->dcs, h.dc, &c->dc_first, &resolved);
-    c->dc_resolved = (int16_t)resolved;
-    c->dc_try = 0;
-    if (log_enabled(LOG_LVL_DEBUG)) {
-        sock_addr_format(&c->peer, peer, sizeof peer);
-        log_debug("w%d conn %llu %s: secret %s, %s, dc %d -> %d", pw->w->id,
-                  (unsigned long long)c->id, peer, pw->opt->secrets[h.secret_index].name,
-                  obfs2_tag_name(h.tag), h.dc, resolved);
-    }
-    side_watch(c, &c->cli, 0); /* the client's next bytes wait in its socket */
     c->state = CS_CONNECTING;
-    int fd = dcpool_claim(&pw->dcpool, resolved);
+    c->dc_try = 0;
+    side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
+    int fd = c->mode == CONN_MODE_MTPROTO ? dcpool_claim(&pw->dcpool, c->dc_resolved) : -1;
     if (fd >= 0) { /* pre-connected: the header goes out now, no TCP handshake to wait for */
         c->dc.fd = fd;
         c->dc.events = 0;
@@ -241,13 +189,264 @@ static void header_done(struct conn *c)
     dc_connect_next(c);
 }
 
-static void header_read(struct conn *c)
+/* --- rejecting: fronting or holding ------------------------------------------------------ */
+
+static void hbuf_free(struct conn *c)
 {
-    ssize_t n = read(c->cli.fd, c->hdr + c->hdr_len, OBFS2_HDR_LEN - c->hdr_len);
+    free(c->hbuf);
+    c->hbuf = NULL;
+    c->hlen = c->hcap = 0;
+}
+
+/* Enters HOLD: the client gets no answer; it is read and discarded until a random deadline
+ * between 0.5 and 1.5 handshake timeouts, then closed. */
+static void hold(struct conn *c)
+{
+    uint16_t r = 0;
+    crypto_random(&r, sizeof r);
+    double base = c->pw->opt->handshake_timeout_ms / 1000.0;
+    hbuf_free(c);
+    c->state = CS_HOLD;
+    c->up_bytes = 0; /* in HOLD, up_bytes counts what was discarded */
+    side_watch(c, &c->cli, EV_READ);
+    timer_arm(c, base * (0.5 + r / 65535.0));
+}
+
+/* A client we will not serve (we have not answered it yet): forward it, with every byte it
+ * sent so far, to the real web server; or hold it if there is none. seen may point into
+ * c->hbuf. */
+static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni,
+                   const char *why)
+{
+    struct proxy_worker *pw = c->pw;
+    STAT_INC(&pw->stats.rejected);
+    const struct mask_target *m = mask_lookup(pw->masks, sni);
+    if (log_enabled(LOG_LVL_INFO)) {
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_info("w%d conn %llu %s: %s; %s", pw->w->id, (unsigned long long)c->id, peer, why,
+                 m ? "fronting" : "holding");
+    }
+    if (!m) {
+        hold(c);
+        return;
+    }
+    STAT_INC(&pw->stats.masked);
+    c->mode = CONN_MODE_MASK;
+    c->tls = 0;
+    c->mask = m;
+    c->dc_count = 1;
+    c->splice = (uint8_t)pw->opt->splice;
+    if (pw->opt->mask_proxy_protocol) {
+        struct sock_addr local;
+        local.len = sizeof local.u;
+        uint8_t ph[128];
+        size_t phl = 0;
+        if (getsockname(c->cli.fd, &local.u.sa, &local.len) == 0)
+            phl = mask_proxy_header(ph, sizeof ph, pw->opt->mask_proxy_protocol, &c->peer,
+                                    &local);
+        if (phl && side_queue(c, &c->dc, ph, phl)) {
+            conn_close(c, CR_NO_MEMORY);
+            return;
+        }
+    }
+    if (n && side_queue(c, &c->dc, seen, n)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    hbuf_free(c);
+    upstream_start(c);
+}
+
+/* --- obfuscated2 header ------------------------------------------------------------------ */
+
+/* The client's 64-byte header is complete (c->hdr). extra[0..n) are client bytes that came
+ * after it (inside TLS records), still encrypted with the client's stream. */
+static void header_done(struct conn *c, uint8_t *extra, size_t n)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct options *o = pw->opt;
+    struct obfs2_hello h;
+    enum obfs2_status st;
+    if (c->tls) {
+        /* Inside FakeTLS: the secret that signed the hello, padded intermediate only. */
+        struct secret s = o->secrets[c->secret_idx];
+        s.kind = SECRET_DD;
+        st = obfs2_parse(c->hdr, &s, 1, OBFS2_ALLOW_PADDED, &h);
+        h.secret_index = c->secret_idx;
+    } else {
+        unsigned allow = (o->allow_plain ? OBFS2_ALLOW_ABRIDGED | OBFS2_ALLOW_INTERMEDIATE : 0) |
+                         (o->allow_dd ? OBFS2_ALLOW_PADDED : 0);
+        st = obfs2_parse(c->hdr, o->secrets, (size_t)o->nsecrets, allow, &h);
+    }
+    if (st != OBFS2_OK) {
+        if (c->tls) /* we answered its hello: too late to front */
+            conn_close(c, CR_BAD_HEADER);
+        else
+            reject(c, c->hdr, OBFS2_HDR_LEN, NULL, "bad header (no secret matches)");
+        return;
+    }
+    /* Replays of a plain/dd header (FakeTLS hellos were checked already): the key and IV
+     * material is 48 random bytes chosen by the client; 16 of them identify it. */
+    if (!c->tls && pw->replay &&
+        replay_check_and_add(pw->replay, c->hdr + 8, (uint32_t)ev_now(pw->w->loop))) {
+        STAT_INC(&pw->stats.replays);
+        reject(c, c->hdr, OBFS2_HDR_LEN, NULL, "replayed header");
+        return;
+    }
+    STAT_INC(&pw->stats.handshakes);
+    c->tag = h.tag;
+    c->dc_id = h.dc;
+    c->secret_idx = (uint8_t)h.secret_index;
+    uint8_t skip[OBFS2_HDR_LEN], wire[OBFS2_HDR_LEN];
+    if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
+        (!c->fast && crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv))) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
+    /* The client's header is spent: build ours toward the DC in its place. In fast mode its
+     * key material is the client's download key and IV (reversed), so the DC encrypts for
+     * the client and the download direction needs no crypto here (PROTOCOL.md 5.2). */
+    struct obfs2_keys k;
+    if (obfs2_build(c->hdr, h.tag, h.dc, c->fast ? &h.keys.rev : NULL)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    obfs2_derive(c->hdr, NULL, &k);
+    if (crypto_ctr_init(c->dc_enc, k.fwd.key, k.fwd.iv) ||
+        (!c->fast && crypto_ctr_init(c->dc_dec, k.rev.key, k.rev.iv))) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    obfs2_seal(c->hdr, c->dc_enc, wire);
+    if (n) {
+        crypto_ctr_apply(c->cli_dec, extra, extra, n);
+        crypto_ctr_apply(c->dc_enc, extra, extra, n);
+        c->up_bytes += n;
+        STAT_ADD(&pw->stats.bytes_up, n);
+    }
+    if (side_queue(c, &c->dc, wire, sizeof wire) || (n && side_queue(c, &c->dc, extra, n))) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    int resolved = 0;
+    c->dc_count = dc_lookup(pw->dcs, h.dc, &c->dc_first, &resolved);
+    c->dc_resolved = (int16_t)resolved;
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_debug("w%d conn %llu %s: secret %s, %s%s, dc %d -> %d", pw->w->id,
+                  (unsigned long long)c->id, peer, o->secrets[h.secret_index].name,
+                  c->tls ? "faketls " : "", obfs2_tag_name(h.tag), h.dc, resolved);
+    }
+    upstream_start(c);
+}
+
+/* --- FakeTLS handshake ------------------------------------------------------------------- */
+
+/* Grows the hello buffer to at least want bytes. Returns 0, or -1. */
+static int hbuf_reserve(struct conn *c, size_t want)
+{
+    if (want <= c->hcap)
+        return 0;
+    size_t cap = c->hcap ? c->hcap : 1024;
+    while (cap < want)
+        cap *= 2;
+    uint8_t *p = realloc(c->hbuf, cap);
+    if (!p)
+        return -1;
+    c->hbuf = p;
+    c->hcap = (uint32_t)cap;
+    return 0;
+}
+
+/* Answers a verified hello and moves on to reading the obfuscated2 header in records. */
+static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret_idx)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct options *o = pw->opt;
+    struct faketls_reply r = {
+        .order = (enum faketls_ext_order)o->tls_ext_order,
+        .app_data_len = faketls_draw_len((size_t)o->tls_appdata_min, (size_t)o->tls_appdata_max),
+    };
+    size_t len = faketls_server_hello_len(h->client.sid_len, r.app_data_len);
+    struct faketls_client client = h->client; /* h points into the buffer we overwrite */
+    if (hbuf_reserve(c, len) ||
+        faketls_server_hello(c->hbuf, c->hcap, o->secrets[secret_idx].key, &client, &r) != len ||
+        side_queue(c, &c->cli, c->hbuf, len)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    hbuf_free(c);
+    STAT_INC(&pw->stats.tls_handshakes);
+    c->tls = 1;
+    c->secret_idx = (uint8_t)secret_idx;
+    c->hdr_len = 0;
+    faketls_deframer_init(&c->defr);
+    c->state = CS_TLS_HEADER;
+    if (side_flush(c, &c->cli, &c->dc))
+        return;
+    side_watch(c, &c->cli, EV_READ | (c->cli.queued ? EV_WRITE : 0));
+}
+
+/* Looks at the hello bytes so far: waits for more, rejects, or answers. */
+static void tls_hello_check(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct options *o = pw->opt;
+    struct faketls_hello h;
+    char why[96];
+    enum faketls_status st = faketls_hello_parse(c->hbuf, c->hlen, &h);
+    if (st == FAKETLS_NEED_MORE) {
+        if (hbuf_reserve(c, c->hlen + h.need))
+            conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    if (st == FAKETLS_BAD) {
+        snprintf(why, sizeof why, "not a FakeTLS hello (%s)", faketls_reason_name(h.reason));
+        reject(c, c->hbuf, c->hlen, NULL, why);
+        return;
+    }
+    const char *sni = h.nsni ? h.sni[0] : NULL;
+    if (h.consumed != c->hlen) {
+        reject(c, c->hbuf, c->hlen, sni, "bytes after the hello");
+        return;
+    }
+    int64_t now = (int64_t)ev_now(pw->w->loop);
+    uint32_t skew = o->tls_time_skew_ms / 1000;
+    struct faketls_time tp = {skew, skew, o->tls_ignore_time};
+    struct faketls_match m;
+    enum faketls_verify v =
+        faketls_hello_verify(c->hbuf, &h, o->secrets, (size_t)o->nsecrets, now, &tp, &m);
+    if (v != FAKETLS_VERIFY_OK) {
+        snprintf(why, sizeof why, "FakeTLS hello: %s", faketls_verify_name(v));
+        reject(c, c->hbuf, c->hlen, sni, why);
+        return;
+    }
+    const struct secret *s = &o->secrets[m.secret_index];
+    if (o->tls_sni_check && !faketls_hello_has_sni(&h, s->domain)) {
+        reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: SNI is not the secret's domain");
+        return;
+    }
+    if (pw->replay && replay_check_and_add(pw->replay, h.client.random, (uint32_t)now)) {
+        STAT_INC(&pw->stats.replays);
+        reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: replayed");
+        return;
+    }
+    tls_answer(c, &h, m.secret_index);
+}
+
+static void tls_hello_read(struct conn *c)
+{
+    if (c->hlen == c->hcap && hbuf_reserve(c, (size_t)c->hcap + 1)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    ssize_t n = read(c->cli.fd, c->hbuf + c->hlen, c->hcap - c->hlen);
     if (n > 0) {
-        c->hdr_len += (uint8_t)n;
-        if (c->hdr_len == OBFS2_HDR_LEN)
-            header_done(c);
+        c->hlen += (uint32_t)n;
+        tls_hello_check(c);
         return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -255,12 +454,85 @@ static void header_read(struct conn *c)
     conn_close(c, CR_CLIENT_EARLY_EOF);
 }
 
+/* After our answer: records carrying the obfuscated2 header, maybe followed by data. */
+static void tls_header_read(struct conn *c, int revents)
+{
+    if ((revents & EV_WRITE) && side_flush(c, &c->cli, &c->dc))
+        return;
+    if (revents & EV_READ) {
+        uint8_t buf[4096];
+        ssize_t n = read(c->cli.fd, buf, sizeof buf);
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                return;
+            conn_close(c, CR_CLIENT_EARLY_EOF);
+            return;
+        }
+        size_t m;
+        if (faketls_deframe(&c->defr, buf, (size_t)n, &m) != FAKETLS_OK) {
+            conn_close(c, CR_CLIENT_PROTOCOL);
+            return;
+        }
+        size_t want = (size_t)(OBFS2_HDR_LEN - c->hdr_len), k = want < m ? want : m;
+        memcpy(c->hdr + c->hdr_len, buf, k);
+        c->hdr_len += (uint8_t)k;
+        if (c->hdr_len == OBFS2_HDR_LEN) {
+            header_done(c, buf + k, m - k);
+            return;
+        }
+    }
+    side_watch(c, &c->cli, EV_READ | (c->cli.queued ? EV_WRITE : 0));
+}
+
+/* --- first bytes ------------------------------------------------------------------------- */
+
+/* 1 if the first bytes start a TLS handshake record (16 03 01 or 16 03 03). A plain client's
+ * random header does so with probability 2^-23: such a client is fronted, never misread. */
+static int looks_tls(const uint8_t *p)
+{
+    return p[0] == 0x16 && p[1] == 0x03 && (p[2] == 0x01 || p[2] == 0x03);
+}
+
+static void header_read(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct options *o = pw->opt;
+    ssize_t n = read(c->cli.fd, c->hdr + c->hdr_len, OBFS2_HDR_LEN - c->hdr_len);
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        conn_close(c, CR_CLIENT_EARLY_EOF);
+        return;
+    }
+    size_t before = c->hdr_len;
+    c->hdr_len += (uint8_t)n;
+    if (before < 3 && c->hdr_len >= 3) {
+        if (looks_tls(c->hdr) && pw->tls_enabled) {
+            if (hbuf_reserve(c, 1024)) {
+                conn_close(c, CR_NO_MEMORY);
+                return;
+            }
+            memcpy(c->hbuf, c->hdr, c->hdr_len);
+            c->hlen = c->hdr_len;
+            c->state = CS_TLS_HELLO;
+            tls_hello_check(c);
+            return;
+        }
+        if (!o->allow_plain && !o->allow_dd) { /* TLS-only: nothing else is a client */
+            reject(c, c->hdr, c->hdr_len, NULL, "not TLS (TLS-only proxy)");
+            return;
+        }
+    }
+    if (c->hdr_len == OBFS2_HDR_LEN)
+        header_done(c, NULL, 0);
+}
+
 static void hold_read(struct conn *c)
 {
     uint8_t sink[4096];
     ssize_t n = read(c->cli.fd, sink, sizeof sink);
     if (n > 0) {
-        c->up_bytes += (uint64_t)n; /* in HOLD, up_bytes counts what was discarded */
+        c->up_bytes += (uint64_t)n;
         if (c->up_bytes >= HOLD_DISCARD_MAX)
             side_watch(c, &c->cli, 0); /* enough: let its window fill up */
         return;
@@ -278,6 +550,16 @@ static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
     switch (c->state) {
     case CS_HEADER:
         header_read(c);
+        break;
+    case CS_TLS_HELLO:
+        tls_hello_read(c);
+        break;
+    case CS_TLS_HEADER:
+        tls_header_read(c, revents);
+        break;
+    case CS_CONNECTING: /* our ServerHello may still be going out */
+        if (!side_flush(c, &c->cli, &c->dc))
+            side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
         break;
     case CS_HOLD:
         hold_read(c);
@@ -310,6 +592,19 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     struct conn *c = t->data;
     switch (c->state) {
     case CS_HEADER:
+    case CS_TLS_HELLO:
+        /* No valid handshake in time: like any other non-client, it goes to the real site
+         * (which decides how long to wait), or is closed when there is none. */
+        if (mask_lookup(c->pw->masks, NULL)) {
+            if (c->state == CS_TLS_HELLO)
+                reject(c, c->hbuf, c->hlen, NULL, "handshake timeout");
+            else
+                reject(c, c->hdr, c->hdr_len, NULL, "handshake timeout");
+        } else {
+            conn_close(c, CR_HANDSHAKE_TIMEOUT);
+        }
+        break;
+    case CS_TLS_HEADER:
         conn_close(c, CR_HANDSHAKE_TIMEOUT);
         break;
     case CS_HOLD:
@@ -400,12 +695,17 @@ void proxy_on_stop(struct worker *w)
 /* --- worker setup ---------------------------------------------------------------------- */
 
 int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
-                      const struct dc_table *dcs, int nworkers)
+                      const struct dc_table *dcs, const struct mask_table *masks,
+                      struct replay *replay, int nworkers)
 {
     memset(pw, 0, sizeof *pw);
     pw->w = w;
     pw->opt = opt;
     pw->dcs = dcs;
+    pw->masks = masks;
+    pw->replay = replay;
+    for (int i = 0; i < opt->nsecrets; i++)
+        pw->tls_enabled |= opt->allow_ee && opt->secrets[i].kind == SECRET_EE;
     size_t per_conns = ((size_t)opt->max_connections + (size_t)nworkers - 1) / (size_t)nworkers;
     pool_init(&pw->conns, sizeof(struct conn), per_conns);
     size_t max_blocks = 0;
@@ -469,6 +769,10 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(writes);
     ADD(spliced);
     ADD(block_waits);
+    ADD(tls_handshakes);
+    ADD(rejected);
+    ADD(masked);
+    ADD(replays);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

@@ -84,6 +84,8 @@ static void reset_dc(void *conf)
 }
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const proxy_protocols[] = {"off", "v1", "v2", NULL};
+static const char *const ext_orders[] = {"key-share-first", "versions-first", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -93,8 +95,10 @@ const struct config_option options_table[] = {
     {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "NAME:SECRET",
      .parse = parse_secret, .reset = reset_secret,
      .help = "A client secret as clients see it: 32 hex digits (plain obfuscated2: tags ef, "
-             "ee and dd), or dd + 32 hex digits (padded intermediate only). NAME labels it in "
-             "logs. Repeat for several. With none, one is generated and kept in state-file."},
+             "ee and dd), dd + 32 hex digits (padded intermediate only), or ee + 32 hex "
+             "digits + the hex of a domain (FakeTLS: looks like HTTPS to that domain, which "
+             "non-clients are fronted to). NAME labels it in logs. Repeat for several. With "
+             "none, a plain one is generated and kept in state-file."},
     {.name = "dc", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "'ID ADDRESS:PORT'",
      .parse = parse_dc, .reset = reset_dc,
      .help = "An address of Telegram data centre ID (negative = media, 203 = CDN, any id may "
@@ -109,6 +113,51 @@ const struct config_option options_table[] = {
      .arg = "on|off", .help = "Try a DC's IPv6 addresses before its IPv4 ones."},
     {.name = "only-ipv4", .type = CFG_BOOL, .offset = OFF(only_ipv4), .def = "off",
      .arg = "on|off", .help = "Never connect to DCs over IPv6."},
+    {.name = "allow-plain", .type = CFG_BOOL, .offset = OFF(allow_plain), .def = "on",
+     .arg = "on|off", .help = "Serve obfuscated2 clients without padding (tags ef and ee) "
+     "on plain secrets."},
+    {.name = "allow-dd", .type = CFG_BOOL, .offset = OFF(allow_dd), .def = "on",
+     .arg = "on|off", .help = "Serve padded-intermediate (dd) clients outside TLS."},
+    {.name = "allow-ee", .type = CFG_BOOL, .offset = OFF(allow_ee), .def = "on",
+     .arg = "on|off", .help = "Serve FakeTLS (ee) clients. Turn allow-plain and allow-dd off "
+     "for a TLS-only proxy: everything else is then fronted."},
+    {.name = "mask", .type = CFG_BOOL, .offset = OFF(mask), .def = "on", .arg = "on|off",
+     .help = "Forward anything that is not a valid client for our secrets (a browser, a "
+     "scanner, a censor's probe or replay) byte for byte to the real web server, so it sees "
+     "what that site would show. Off, or with no ee secret and no mask-host: such "
+     "connections are held silently and closed after a random delay."},
+    {.name = "mask-host", .type = CFG_STRING, .offset = OFF(mask_host), .str_size = 256,
+     .arg = "HOST", .help = "The server to front to. Default: the domain of the ee secret "
+     "(the one the client's SNI names, else the first), resolved at start."},
+    {.name = "mask-port", .type = CFG_INT, .offset = OFF(mask_port), .def = "443", .min = 1,
+     .max = 65535, .arg = "N", .help = "Port of the fronting server."},
+    {.name = "mask-proxy-protocol", .type = CFG_ENUM, .offset = OFF(mask_proxy_protocol),
+     .def = "off", .names = proxy_protocols, .arg = "off|v1|v2", .help = "Send a PROXY "
+     "protocol header to the fronting server, so it logs the real client address."},
+    {.name = "tls-time-skew", .type = CFG_DURATION, .offset = OFF(tls_time_skew_ms),
+     .def = "5m", .min = 1000, .max = 86400000, .arg = "DURATION", .help = "How far the "
+     "timestamp in a FakeTLS hello may be from our clock, either way. Older or newer hellos "
+     "are fronted. Replayed hellos are caught by the replay cache within this window."},
+    {.name = "tls-ignore-time", .type = CFG_BOOL, .offset = OFF(tls_ignore_time),
+     .def = "off", .arg = "on|off", .help = "Accept any hello timestamp (for boxes with a bad "
+     "clock). Replays are then caught only while they are in the replay cache."},
+    {.name = "tls-sni-check", .type = CFG_BOOL, .offset = OFF(tls_sni_check), .def = "on",
+     .arg = "on|off", .help = "Require the hello's SNI to name the domain of the ee secret it "
+     "is signed with; others are fronted."},
+    {.name = "tls-ext-order", .type = CFG_ENUM, .offset = OFF(tls_ext_order),
+     .def = "key-share-first", .names = ext_orders,
+     .arg = "key-share-first|versions-first", .help = "Extension order of our ServerHello; "
+     "match the fronted site's."},
+    {.name = "tls-appdata-min", .type = CFG_INT, .offset = OFF(tls_appdata_min),
+     .def = "2500", .min = 64, .max = 16384, .arg = "BYTES", .help = "Smallest fake encrypted "
+     "record after the ServerHello (a real server's certificate chain)."},
+    {.name = "tls-appdata-max", .type = CFG_INT, .offset = OFF(tls_appdata_max),
+     .def = "4700", .min = 64, .max = 16384, .arg = "BYTES", .help = "Largest one; each "
+     "handshake draws a length uniformly between the two."},
+    {.name = "replay-cache", .type = CFG_SIZE, .offset = OFF(replay_cache), .def = "4M",
+     .max = 1LL << 32, .arg = "BYTES", .help = "Memory for the replay cache shared by all "
+     "workers: handshakes seen within tls-time-skew are remembered and a repeat is fronted "
+     "as a probe (0 = off)."},
     {.name = "fast-mode", .type = CFG_BOOL, .offset = OFF(fast_mode), .def = "on",
      .arg = "on|off", .help = "Choose the header toward the DC so that the DC's encryption "
      "is the one the client expects: downloads then pass without any crypto in the proxy. "
@@ -211,6 +260,16 @@ int options_validate(struct config_parser *p, struct options *o)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)
         ERR("buffer-memory (%zu) must hold at least two blocks of block-size", o->buffer_memory);
+    if (o->tls_appdata_min > o->tls_appdata_max)
+        ERR("tls-appdata-min (%d) is above tls-appdata-max (%d)", o->tls_appdata_min,
+            o->tls_appdata_max);
+    for (int i = 0; i < o->nsecrets; i++) {
+        enum secret_kind k = o->secrets[i].kind;
+        if ((k == SECRET_EE && !o->allow_ee) || (k == SECRET_DD && !o->allow_dd) ||
+            (k == SECRET_PLAIN && !o->allow_plain && !o->allow_dd))
+            ERR("secret %s is of a kind that allow-plain/allow-dd/allow-ee forbid",
+                o->secrets[i].name);
+    }
     if (!o->dc_builtin) {
         int found = 0;
         for (int i = 0; i < o->ndcs; i++)

@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
+#include "proto/faketls.h"
 
 #define RELAY_IOV_MAX 16
 #define RELAY_READS_PER_EVENT 4 /* fairness: at most this many reads per readiness */
@@ -200,21 +202,59 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
     return 0;
 }
 
-/* Reads from src, decrypts with dec, encrypts with enc in the same bytes (either may be NULL),
- * queues them to dst and writes them out. One function for both directions. Returns 0, or
- * -1 if the connection was closed. */
-static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *dst,
-                      struct crypto_ctr *dec, struct crypto_ctr *enc, uint64_t *counter,
-                      _Atomic uint64_t *stat_bytes)
+int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
 {
     struct proxy_worker *pw = c->pw;
+    size_t bs = pw->arena.block_size;
+    while (n) {
+        struct arena_block *b = s->qtail;
+        if (!b || b->end == bs) {
+            if (!(b = arena_get(&pw->arena)))
+                return -1;
+            if (s->qtail)
+                s->qtail->next = b;
+            else
+                s->qhead = b;
+            s->qtail = b;
+        }
+        size_t k = bs - b->end < n ? bs - b->end : n;
+        memcpy(b->data + b->end, p, k);
+        b->end += (uint32_t)k;
+        s->queued += k;
+        p += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* One direction of the relay: what is read from src is deframed (tls_in: FakeTLS records
+ * from the client), decrypted with dec, encrypted with enc (either may be NULL: no crypto),
+ * framed (tls_out: one TLS record per read, toward the client) and queued to dst. */
+struct relay_dir {
+    struct conn_side *src, *dst;
+    struct crypto_ctr *dec, *enc;
+    int tls_in, tls_out;
+    uint64_t *counter;
+    _Atomic uint64_t *stat_bytes;
+};
+
+/* Moves bytes along one direction and writes them out. One function for both directions.
+ * Returns 0, or -1 if the connection was closed. */
+static int relay_pump(struct conn *c, const struct relay_dir *d)
+{
+    struct proxy_worker *pw = c->pw;
+    struct conn_side *src = d->src, *dst = d->dst;
+    struct crypto_ctr *dec = d->dec, *enc = d->enc;
+    uint64_t *counter = d->counter;
+    _Atomic uint64_t *stat_bytes = d->stat_bytes;
     size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
+    size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
-        if (dst->queued >= max)
+        if (dst->queued + hdr >= max)
             break;
         /* Zero-copy path: only for bytes that need no transformation, and never while
          * blocks are queued to dst (the pipe and the block queue must not interleave). */
-        if (c->splice && !dec && !enc && !dst->qhead &&
+        if (c->splice && !dec && !enc && !d->tls_in && !d->tls_out && !dst->qhead &&
             (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
             size_t room = max - dst->queued;
             if (room > (size_t)pw->pipe_size - dst->piped)
@@ -258,7 +298,7 @@ static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *d
         }
         struct arena_block *b = dst->qtail;
         int fresh = 0;
-        if (!b || b->end == bs) {
+        if (!b || b->end == bs || d->tls_out) { /* tls_out: a fresh block is one record */
             b = arena_get(&pw->arena);
             if (!b) {
                 STAT_INC(&pw->stats.block_waits);
@@ -271,29 +311,45 @@ static int relay_pump(struct conn *c, struct conn_side *src, struct conn_side *d
                 break;
             }
             fresh = 1;
+            b->end = (uint32_t)hdr; /* room for the record header */
         }
         size_t room = bs - b->end;
-        if (room > max - dst->queued)
-            room = max - dst->queued;
-        ssize_t n = read(src->fd, b->data + b->end, room);
+        if (d->tls_out && room > FAKETLS_MAX_PAYLOAD)
+            room = FAKETLS_MAX_PAYLOAD;
+        if (room > max - dst->queued - hdr)
+            room = max - dst->queued - hdr;
+        uint8_t *p = b->data + b->end;
+        ssize_t n = read(src->fd, p, room);
         STAT_INC(&pw->stats.reads);
         if (n > 0) {
-            uint8_t *p = b->data + b->end;
-            if (dec) /* NULL on the download direction in fast mode: bytes pass as they are */
-                crypto_ctr_apply(dec, p, p, (size_t)n);
-            if (enc)
-                crypto_ctr_apply(enc, p, p, (size_t)n);
-            b->end += (uint32_t)n;
-            if (fresh) {
-                if (dst->qtail)
-                    dst->qtail->next = b;
-                else
-                    dst->qhead = b;
-                dst->qtail = b;
+            size_t m = (size_t)n;
+            if (d->tls_in && faketls_deframe(&c->defr, p, (size_t)n, &m) != FAKETLS_OK) {
+                if (fresh)
+                    arena_put(&pw->arena, b);
+                return conn_close(c, CR_CLIENT_PROTOCOL);
             }
-            dst->queued += (size_t)n;
-            *counter += (uint64_t)n;
-            STAT_ADD(stat_bytes, (uint64_t)n);
+            if (dec) /* NULL on the download direction in fast mode: bytes pass as they are */
+                crypto_ctr_apply(dec, p, p, m);
+            if (enc)
+                crypto_ctr_apply(enc, p, p, m);
+            if (m == 0 && fresh) { /* only record headers arrived */
+                arena_put(&pw->arena, b);
+            } else {
+                if (d->tls_out)
+                    faketls_record_header(b->data, m);
+                b->end += (uint32_t)m;
+                if (fresh) {
+                    if (dst->qtail)
+                        dst->qtail->next = b;
+                    else
+                        dst->qhead = b;
+                    dst->qtail = b;
+                    dst->queued += hdr;
+                }
+                dst->queued += m;
+            }
+            *counter += m;
+            STAT_ADD(stat_bytes, m);
             c->last_io = ev_now(pw->w->loop);
             if (side_flush(c, dst, src))
                 return -1;
@@ -337,12 +393,22 @@ void relay_event(struct conn *c, struct conn_side *s, int revents)
             return;
     }
     if (revents & EV_READ) {
-        int rc = is_cli ? relay_pump(c, s, o, c->cli_dec, c->dc_enc, &c->up_bytes,
-                                     &c->pw->stats.bytes_up)
-                        : relay_pump(c, s, o, c->fast ? NULL : c->dc_dec,
-                                     c->fast ? NULL : c->cli_enc, &c->down_bytes,
-                                     &c->pw->stats.bytes_down);
-        if (rc)
+        struct relay_dir d = {.src = s, .dst = o};
+        int mask = c->mode == CONN_MODE_MASK; /* fronting: bytes pass untouched both ways */
+        if (is_cli) {
+            d.dec = mask ? NULL : c->cli_dec;
+            d.enc = mask ? NULL : c->dc_enc;
+            d.tls_in = c->tls;
+            d.counter = &c->up_bytes;
+            d.stat_bytes = &c->pw->stats.bytes_up;
+        } else {
+            d.dec = mask || c->fast ? NULL : c->dc_dec;
+            d.enc = mask || c->fast ? NULL : c->cli_enc;
+            d.tls_out = c->tls;
+            d.counter = &c->down_bytes;
+            d.stat_bytes = &c->pw->stats.bytes_down;
+        }
+        if (relay_pump(c, &d))
             return;
     }
     relay_settle(c);
