@@ -1,4 +1,4 @@
-/* replay.h: the replay cache shared by all workers: handshakes seen recently, bounded and sharded. */
+/* replay.h: the replay cache all workers share: recent handshakes, bounded, sharded, locked. */
 #ifndef MTPROXY_CORE_REPLAY_H
 #define MTPROXY_CORE_REPLAY_H
 
@@ -11,10 +11,10 @@
  *
  * Exact, not probabilistic: the whole key is stored and compared, so there are no false
  * positives (a legit client is never taken for a replay unless it really sent the same 16
- * bytes). Memory per entry: 20 bytes (key + u32 time) in a FIFO ring plus a 4-byte slot in an
- * open-addressing index kept at most half full, i.e. 28..36 bytes depending on rounding to a
- * power of two; replay_memory() gives the exact figure. For example max_entries 65536 takes
- * about 2.3 MB, 1 Mi entries about 36 MB.
+ * bytes). Memory per entry: 20 bytes (key + u32 time) in a FIFO ring plus 4-byte slots in an
+ * open-addressing index at most half full: 28 bytes per entry when max_entries / shards is a
+ * power of two, up to 36 otherwise; replay_memory_for() gives the exact figure. For example
+ * 65536 entries (64 shards) take 1.8 MB, 1 Mi entries 28 MB.
  *
  * Time window: an entry older than `window` seconds counts as absent (a hello that old fails
  * the timestamp check anyway when window >= the allowed clock skew) and its space is reused.

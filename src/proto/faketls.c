@@ -301,6 +301,8 @@ enum faketls_status faketls_hello_parse(const uint8_t *buf, size_t len, struct f
             return bad(out, FAKETLS_R_RECORD_LENGTH);
         if (out->nfrags == FAKETLS_HELLO_MAX_RECORDS)
             return bad(out, FAKETLS_R_TOO_MANY_RECORDS);
+        if (total && rlen > total - have)
+            return bad(out, FAKETLS_R_MSG_LENGTH); /* this record would run past the message */
         if (have == 0 && avail > FAKETLS_RECORD_HDR_LEN && r[5] != HS_CLIENT_HELLO)
             return bad(out, FAKETLS_R_MSG_TYPE);
         if (have == 0 && rlen >= HS_HDR_LEN && avail >= FAKETLS_RECORD_HDR_LEN + HS_HDR_LEN) {
@@ -335,7 +337,7 @@ enum faketls_status faketls_hello_parse(const uint8_t *buf, size_t len, struct f
             return bad(out, FAKETLS_R_MSG_TYPE);
         }
         if (total && have > total)
-            return bad(out, FAKETLS_R_MSG_LENGTH); /* a record runs past the message */
+            return bad(out, FAKETLS_R_MSG_LENGTH); /* the record that told the length runs past */
         if (total && have == total)
             break;
     }
@@ -462,7 +464,8 @@ static uint8_t *put_versions(uint8_t *p) {
 }
 
 size_t faketls_server_hello(uint8_t *out, size_t outlen, const uint8_t key[FAKETLS_KEY_LEN],
-                            const struct faketls_client *client, const struct faketls_reply *reply) {
+                            const struct faketls_client *client,
+                            const struct faketls_reply *reply) {
     size_t sid_len = client->sid_len, app = reply->app_data_len;
     if (sid_len > FAKETLS_SID_MAX || app < 1 || app > FAKETLS_MAX_CIPHERTEXT)
         return 0;
@@ -567,15 +570,16 @@ enum faketls_status faketls_deframe(struct faketls_deframer *d, uint8_t *buf, si
             memcpy(d->hdr + d->hdr_len, buf + r, take);
             d->hdr_len = (uint8_t)(d->hdr_len + take);
             r += take;
+            /* judge each header byte as it arrives, so a bad stream fails at once */
+            uint8_t type = d->hdr[0];
+            if (type != FAKETLS_TYPE_APPDATA && type != FAKETLS_TYPE_CCS)
+                return deframe_fail(d, FAKETLS_R_RECORD_TYPE, out_len);
+            if ((d->hdr_len >= 2 && d->hdr[1] != 3) || (d->hdr_len >= 3 && d->hdr[2] != 3))
+                return deframe_fail(d, FAKETLS_R_RECORD_VERSION, out_len);
             if (d->hdr_len < FAKETLS_RECORD_HDR_LEN)
                 break;
             d->hdr_len = 0;
-            uint8_t type = d->hdr[0];
             size_t rlen = load_be16(d->hdr + 3);
-            if (type != FAKETLS_TYPE_APPDATA && type != FAKETLS_TYPE_CCS)
-                return deframe_fail(d, FAKETLS_R_RECORD_TYPE, out_len);
-            if (d->hdr[1] != 3 || d->hdr[2] != 3)
-                return deframe_fail(d, FAKETLS_R_RECORD_VERSION, out_len);
             if (type == FAKETLS_TYPE_CCS && rlen != 1)
                 return deframe_fail(d, FAKETLS_R_CCS, out_len);
             if (rlen == 0 || rlen > FAKETLS_MAX_CIPHERTEXT)
