@@ -364,6 +364,44 @@ static void test_rev_preset(void **state) {
     }
 }
 
+/* Fast mode (issue 7): the proxy accepts a client header (with a secret), then builds its DC
+ * header with rev_preset = the client's download keys. The DC encrypts toward the proxy with
+ * the raw rev keys of that header from offset 0; the client decrypts what the proxy sends with
+ * its own rev keys from offset 0. Both keystreams must be the same bytes, so the proxy can
+ * forward the DC's bytes untouched. */
+static void test_fast_mode_keystreams_equal(void **state) {
+    (void)state;
+    static const uint8_t secret[16] = {0x36, 0x7a, 0x18, 0x9a, 0xee, 0x18, 0xfa, 0x31,
+                                       0xc1, 0x90, 0x05, 0x4e, 0xfd, 0x4a, 0x8e, 0x95};
+    for (int round = 0; round < 8; round++) {
+        /* The client's header and its view of the download keys. */
+        uint8_t client_hdr[OBFS2_HDR_LEN];
+        assert_int_equal(obfs2_build(client_hdr, OBFS2_TAG_PADDED, 2, NULL), 0);
+        struct obfs2_keys ck;
+        obfs2_derive(client_hdr, secret, &ck);
+        /* The proxy's header toward the DC, fast mode. */
+        uint8_t dc_hdr[OBFS2_HDR_LEN];
+        assert_int_equal(obfs2_build(dc_hdr, OBFS2_TAG_PADDED, 2, &ck.rev), 0);
+        assert_int_equal(obfs2_forbidden(dc_hdr), 0);
+        struct obfs2_keys dk;
+        obfs2_derive(dc_hdr, NULL, &dk); /* what a DC derives: raw keys */
+        uint8_t zeros[4096] = {0}, ks_dc[4096], ks_client[4096];
+        crypto_ctr_oneshot(dk.rev.key, dk.rev.iv, zeros, ks_dc, sizeof zeros);
+        crypto_ctr_oneshot(ck.rev.key, ck.rev.iv, zeros, ks_client, sizeof zeros);
+        assert_memory_equal(ks_dc, ks_client, sizeof ks_dc);
+        /* And the upload direction stays independent of the download one. */
+        assert_memory_not_equal(dk.fwd.key, ck.rev.key, CRYPTO_KEY_LEN);
+    }
+    /* Without the preset the streams differ (the check above can fail). */
+    uint8_t a[OBFS2_HDR_LEN], b[OBFS2_HDR_LEN];
+    assert_int_equal(obfs2_build(a, OBFS2_TAG_PADDED, 2, NULL), 0);
+    assert_int_equal(obfs2_build(b, OBFS2_TAG_PADDED, 2, NULL), 0);
+    struct obfs2_keys ka, kb;
+    obfs2_derive(a, secret, &ka);
+    obfs2_derive(b, NULL, &kb);
+    assert_memory_not_equal(ka.rev.key, kb.rev.key, CRYPTO_KEY_LEN);
+}
+
 static void test_tag_name(void **state) {
     assert_string_equal(obfs2_tag_name(OBFS2_TAG_ABRIDGED), "abridged");
     assert_string_equal(obfs2_tag_name(OBFS2_TAG_INTERMEDIATE), "intermediate");
@@ -385,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_raw),
         cmocka_unit_test(test_round_trip_secret),
         cmocka_unit_test(test_rev_preset),
+        cmocka_unit_test(test_fast_mode_keystreams_equal),
         cmocka_unit_test(test_tag_name),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
