@@ -68,6 +68,7 @@ struct conn_side {
     size_t queued;               /* bytes waiting to be written: in qhead..qtail or the pipe */
     size_t piped;                /* of those, bytes in the pipe (splice path) */
     int pipe_r, pipe_w;          /* a pooled pipe while bytes are spliced to this side; or -1 */
+    struct arena_block *spare;   /* buffers = per-connection: the block this side owns */
     uint8_t rd_eof;              /* read returned 0 */
     uint8_t wr_shut;             /* shutdown(SHUT_WR) done */
 };
@@ -80,6 +81,7 @@ struct conn {
     struct proxy_worker *pw;
     struct conn *prev, *next;  /* the worker's live list */
     struct conn *wait_next;    /* the worker's list of connections waiting for a block */
+    struct conn *batch_next;   /* the worker's list of connections with a batched write */
     struct conn_side cli, dc;
     /* The AES-256-CTR streams; allocated once per slot, re-keyed per connection. In fast
      * mode cli_enc and dc_dec are unused (and never allocated by a fast-only proxy). */
@@ -100,6 +102,7 @@ struct conn {
     uint8_t splice;            /* bytes that need no transformation move by splice(2) */
     uint8_t mode;              /* enum conn_mode */
     uint8_t tls;               /* the client speaks FakeTLS (records both ways) */
+    uint8_t batched;           /* on the worker's batch list (write-batch > 0) */
     const struct mask_target *mask; /* mode MASK: where to */
     uint8_t *hbuf;             /* TLS_HELLO: the hello bytes so far (heap, freed after) */
     uint32_t hlen, hcap;
@@ -149,6 +152,8 @@ struct proxy_worker {
     struct pool conns;
     struct conn *live;
     struct conn *waiters;
+    struct conn *batch;                /* connections whose small writes wait for batch_timer */
+    ev_timer batch_timer;
     uint64_t next_id;
     struct sock_opts sockopts;
     struct dcpool_set dcpool;

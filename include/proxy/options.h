@@ -48,6 +48,8 @@ struct options {
     size_t replay_cache;      /* bytes; 0 = off */
     int splice;
     int dc_pool;
+    unsigned write_batch_ms;
+    int buffers; /* 0 pooled, 1 per-connection */
 
     int workers; /* 0 = one per core */
     char public_host[256];

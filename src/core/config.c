@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -142,12 +143,20 @@ static int apply(const struct config_option *o, void *conf, const char *value, c
     case CFG_INT:
         if (config_parse_int(value, &v, err, errlen) || check_range(o, v, err, errlen))
             return -1;
+        if (v < INT_MIN || v > INT_MAX) {
+            snprintf(err, errlen, "%s is out of range", o->name);
+            return -1;
+        }
         *(int *)(void *)field = (int)v;
         return 0;
     case CFG_SIZE:
         if (config_parse_size(value, &u, err, errlen))
             return -1;
-        if (u > (unsigned long long)INT64_MAX || check_range(o, (long long)u, err, errlen))
+        if (u > (unsigned long long)INT64_MAX || u > SIZE_MAX) {
+            snprintf(err, errlen, "%s is too large", o->name);
+            return -1;
+        }
+        if (check_range(o, (long long)u, err, errlen))
             return -1;
         *(size_t *)(void *)field = (size_t)u;
         return 0;

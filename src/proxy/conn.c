@@ -75,6 +75,8 @@ int conn_close(struct conn *c, enum conn_reason r)
     ev_timer_stop(pw->w->loop, &c->timer);
     if (c->waiting_block)
         waiters_remove(pw, c);
+    if (c->batched)
+        batch_remove(pw, c);
     side_release(c, &c->cli);
     side_release(c, &c->dc);
     hbuf_free(c);
@@ -160,6 +162,8 @@ static int dc_established(struct conn *c)
     struct proxy_worker *pw = c->pw;
     if (c->mode == CONN_MODE_MTPROTO)
         STAT_INC(&pw->stats.dc_connects);
+    if (pw->opt->buffers && relay_reserve(c))
+        return conn_close(c, CR_NO_MEMORY);
     c->state = CS_RELAY;
     c->last_io = ev_now(pw->w->loop);
     timer_arm(c, pw->opt->idle_timeout_ms / 1000.0);
@@ -687,6 +691,7 @@ void proxy_on_stop(struct worker *w)
 {
     struct proxy_worker *pw = w->ctx;
     dcpool_stop(&pw->dcpool);
+    relay_stop(pw);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
@@ -715,6 +720,7 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
             max_blocks = ARENA_SLAB_BLOCKS;
     }
     arena_init(&pw->arena, opt->block_size, max_blocks, ARENA_SLAB_BLOCKS * 2);
+    relay_init(pw);
     pw->pipes_cap = PROXY_PIPES_PER_WORKER;
     pw->pipes = calloc((size_t)pw->pipes_cap, sizeof *pw->pipes);
     if (!pw->pipes)

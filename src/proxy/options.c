@@ -86,6 +86,7 @@ static void reset_dc(void *conf)
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const proxy_protocols[] = {"off", "v1", "v2", NULL};
 static const char *const ext_orders[] = {"key-share-first", "versions-first", NULL};
+static const char *const buffer_modes[] = {"pooled", "per-connection", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -188,6 +189,15 @@ const struct config_option options_table[] = {
     {.name = "max-buffer", .type = CFG_SIZE, .offset = OFF(max_buffer), .def = "64k",
      .min = 1024, .max = 64 << 20, .arg = "BYTES", .help = "Most bytes queued per direction "
      "of one connection; past it the proxy stops reading that side until the other drains."},
+    {.name = "buffers", .type = CFG_ENUM, .offset = OFF(buffers), .def = "pooled",
+     .names = buffer_modes, .arg = "pooled|per-connection", .help = "pooled: a connection "
+     "takes blocks from the worker's arena only while bytes are in flight (an idle one holds "
+     "none). per-connection: each relayed connection owns one block per direction for its "
+     "whole life (the classic design, kept to measure against; see BENCHMARKS.md)."},
+    {.name = "write-batch", .type = CFG_DURATION, .offset = OFF(write_batch_ms), .def = "0",
+     .max = 1000, .arg = "DURATION", .help = "Hold writes smaller than a block for up to this "
+     "long to coalesce them into fewer, larger writes (0 = write at once). Adds up to this much "
+     "latency; see BENCHMARKS.md for what it buys."},
     {.name = "buffer-memory", .type = CFG_SIZE, .offset = OFF(buffer_memory), .def = "256M",
      .min = 0, .arg = "BYTES", .help = "Cap on relay buffer memory for the whole process "
      "(0 = none). When reached, connections wait for a free block and accepting pauses."},

@@ -42,9 +42,9 @@ void relay_watch(struct conn *c)
         ce |= EV_READ;
     if (!c->dc.rd_eof && c->cli.queued < max && !c->waiting_block)
         de |= EV_READ;
-    if (c->cli.queued)
+    if (c->cli.queued && !c->batched) /* a batched write waits for the batch timer */
         ce |= EV_WRITE;
-    if (c->dc.queued)
+    if (c->dc.queued && !c->batched)
         de |= EV_WRITE;
     side_watch(c, &c->cli, ce);
     side_watch(c, &c->dc, de);
@@ -92,6 +92,38 @@ static void pipe_give(struct proxy_worker *pw, struct conn_side *s)
 }
 
 
+/* A block for the queue of side s: its own spare (buffers = per-connection), else the
+ * worker's arena. NULL if none can be had. */
+static struct arena_block *block_get(struct conn *c, struct conn_side *s)
+{
+    struct arena_block *b = s->spare;
+    if (!b)
+        return arena_get(&c->pw->arena);
+    s->spare = NULL;
+    b->next = NULL;
+    b->start = b->end = 0;
+    return b;
+}
+
+/* Gives a drained block back: kept as side s's spare in per-connection mode, else to the
+ * arena (where it stays hot for the next reader: LIFO). */
+static void block_put(struct conn *c, struct conn_side *s, struct arena_block *b)
+{
+    if (c->pw->opt->buffers && !s->spare && s->fd >= 0)
+        s->spare = b;
+    else
+        arena_put(&c->pw->arena, b);
+}
+
+int relay_reserve(struct conn *c)
+{
+    struct conn_side *sides[2] = {&c->cli, &c->dc};
+    for (int i = 0; i < 2; i++)
+        if (!sides[i]->spare && !(sides[i]->spare = arena_get(&c->pw->arena)))
+            return -1;
+    return 0;
+}
+
 void side_release(struct conn *c, struct conn_side *s)
 {
     struct proxy_worker *pw = c->pw;
@@ -103,6 +135,8 @@ void side_release(struct conn *c, struct conn_side *s)
         n = b->next;
         arena_put(&pw->arena, b);
     }
+    arena_put(&pw->arena, s->spare);
+    s->spare = NULL;
     s->qhead = s->qtail = NULL;
     pipe_give(pw, s);
     s->queued = 0;
@@ -188,7 +222,7 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
             s->qhead = b->next;
             if (!s->qhead)
                 s->qtail = NULL;
-            arena_put(&pw->arena, b);
+            block_put(c, s, b);
         }
         if (s->qhead)
             return 0; /* short write: the socket is full, wait for EV_WRITE */
@@ -209,7 +243,7 @@ int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
     while (n) {
         struct arena_block *b = s->qtail;
         if (!b || b->end == bs) {
-            if (!(b = arena_get(&pw->arena)))
+            if (!(b = block_get(c, s)))
                 return -1;
             if (s->qtail)
                 s->qtail->next = b;
@@ -225,6 +259,65 @@ int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
         n -= k;
     }
     return 0;
+}
+
+/* Writes dst now, or, with write-batch on and less than a block queued, leaves the bytes for
+ * the worker's batch timer so that several small reads leave in one write. */
+static int flush_or_batch(struct conn *c, struct conn_side *dst, struct conn_side *src)
+{
+    struct proxy_worker *pw = c->pw;
+    if (!pw->opt->write_batch_ms || dst->piped || dst->queued >= pw->arena.block_size)
+        return side_flush(c, dst, src);
+    if (!c->batched) {
+        c->batched = 1;
+        c->batch_next = pw->batch;
+        pw->batch = c;
+        if (!ev_is_active(&pw->batch_timer)) {
+            ev_timer_set(&pw->batch_timer, pw->opt->write_batch_ms / 1000.0, 0);
+            ev_timer_start(pw->w->loop, &pw->batch_timer);
+        }
+    }
+    return 0;
+}
+
+static void relay_settle(struct conn *c);
+
+static void on_batch_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct proxy_worker *pw = t->data;
+    struct conn *list = pw->batch;
+    pw->batch = NULL;
+    for (struct conn *c = list, *next; c; c = next) {
+        next = c->batch_next;
+        c->batch_next = NULL;
+        c->batched = 0;
+        if (side_flush(c, &c->dc, &c->cli) || side_flush(c, &c->cli, &c->dc))
+            continue; /* closed */
+        relay_settle(c);
+    }
+}
+
+void relay_init(struct proxy_worker *pw)
+{
+    ev_init(&pw->batch_timer, on_batch_timer);
+    pw->batch_timer.data = pw;
+}
+
+void relay_stop(struct proxy_worker *pw)
+{
+    ev_timer_stop(pw->w->loop, &pw->batch_timer);
+}
+
+void batch_remove(struct proxy_worker *pw, struct conn *c)
+{
+    for (struct conn **pp = &pw->batch; *pp; pp = &(*pp)->batch_next) {
+        if (*pp == c) {
+            *pp = c->batch_next;
+            break;
+        }
+    }
+    c->batch_next = NULL;
+    c->batched = 0;
 }
 
 /* One direction of the relay: what is read from src is deframed (tls_in: FakeTLS records
@@ -299,7 +392,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
         struct arena_block *b = dst->qtail;
         int fresh = 0;
         if (!b || b->end == bs || d->tls_out) { /* tls_out: a fresh block is one record */
-            b = arena_get(&pw->arena);
+            b = block_get(c, dst);
             if (!b) {
                 STAT_INC(&pw->stats.block_waits);
                 if (!c->waiting_block) {
@@ -325,7 +418,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             size_t m = (size_t)n;
             if (d->tls_in && faketls_deframe(&c->defr, p, (size_t)n, &m) != FAKETLS_OK) {
                 if (fresh)
-                    arena_put(&pw->arena, b);
+                    block_put(c, dst, b);
                 return conn_close(c, CR_CLIENT_PROTOCOL);
             }
             if (dec) /* NULL on the download direction in fast mode: bytes pass as they are */
@@ -333,7 +426,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             if (enc)
                 crypto_ctr_apply(enc, p, p, m);
             if (m == 0 && fresh) { /* only record headers arrived */
-                arena_put(&pw->arena, b);
+                block_put(c, dst, b);
             } else {
                 if (d->tls_out)
                     faketls_record_header(b->data, m);
@@ -351,14 +444,14 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             *counter += m;
             STAT_ADD(stat_bytes, m);
             c->last_io = ev_now(pw->w->loop);
-            if (side_flush(c, dst, src))
+            if (flush_or_batch(c, dst, src))
                 return -1;
             if ((size_t)n < room)
                 break; /* the socket is drained: another read would only say EAGAIN */
             continue;
         }
         if (fresh)
-            arena_put(&pw->arena, b);
+            block_put(c, dst, b);
         if (n == 0) {
             src->rd_eof = 1;
             if (!dst->qhead && side_flush(c, dst, src))
