@@ -1,0 +1,60 @@
+"""test_lifecycle.py: the connection limit (backlog, then resume) and SIGTERM with live clients."""
+import signal
+import time
+
+from harness import Std, T, assert_ok
+
+HELLO = r'^\{"event":"hello","conn":(\d+)'
+
+
+def test_max_connections_waits_in_backlog(procs):
+    env = Std(procs, extra=["--max-connections", "2"], workers=1)
+    # Two relayed connections that stay open (idle after their hello).
+    a = procs.client_bg(env.proxy, env.plain, "ee", 2, 100, 100, "--hold", 60, "--events",
+                        "--timeout", 90, name="holdA")
+    b = procs.client_bg(env.proxy, env.plain, "ee", 2, 100, 100, "--hold", 60, "--events",
+                        "--timeout", 90, name="holdB")
+    assert a.wait_line(HELLO, 5) and b.wait_line(HELLO, 5), "the first two did not get in"
+    c = procs.client_bg(env.proxy, env.plain, "dd", 3, 50000, 50000, "--events",
+                        "--expect-id", 3, "--timeout", 30, name="third")
+    assert c.wait_line(r'"event":"connected"', 5), "third client could not even connect"
+    assert not c.wait_line(HELLO, 2.0), "third client was served beyond max-connections"
+    assert c.alive(), "third client was refused instead of waiting in the backlog"
+    t_close = time.monotonic()
+    a.stop(signal.SIGKILL)
+    assert c.wait_line(HELLO, 5), "third client was not served after a slot freed"
+    assert time.monotonic() - t_close < T(3)
+    assert_ok(procs.result(c))
+    assert b.alive(), "the other held connection was disturbed"
+    # Slots keep being recycled: several more short clients one after another.
+    for _ in range(5):
+        assert_ok(env.client("ef", 1, 1000, 1000, "--expect-id", 1))
+
+
+def test_max_connections_many_short_clients(procs):
+    env = Std(procs, extra=["--max-connections", "4"], workers=2)
+    res = env.client("ee", 2, 20000, 20000, "--conns", 60, "--timeout", 60)
+    assert_ok(res)
+
+
+def test_sigterm_with_live_connections(procs):
+    env = Std(procs, workers=2)
+    held = procs.client_bg(env.proxy, env.plain, "ef", 2, 100, 100, "--hold", 60, "--events",
+                           "--conns", 3, "--timeout", 90, name="held")
+    for i in range(3):
+        assert held.wait_line(HELLO, 5), "held clients did not get their hello"
+    time.sleep(0.3)
+    assert len(held.matching(HELLO)) == 3
+    rc, secs = env.proxy.stop(signal.SIGTERM, timeout=10)
+    assert rc == 0, f"mtproxy exited with {rc} on SIGTERM"
+    assert secs < T(5), f"mtproxy took {secs:.1f} s to exit"
+    res = procs.result(held, timeout=10)
+    assert res["failed"] == 3, res
+    assert all("hold: eof" in e or "hold: reset" in e for e in res["errors"]), res
+
+
+def test_sigterm_idle(procs):
+    env = Std(procs)
+    assert_ok(env.client("ee", 2, 1000, 1000))
+    rc, secs = env.proxy.stop(signal.SIGTERM, timeout=10)
+    assert rc == 0 and secs < T(3), (rc, secs)

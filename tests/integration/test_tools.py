@@ -1,0 +1,84 @@
+"""test_tools.py: self-checks of fake_dc and test_client talking directly (no proxy involved)."""
+import json
+import re
+import time
+
+import pytest
+
+import harness
+import tgprobe
+from harness import assert_ok
+
+
+@pytest.fixture
+def dc(procs):
+    return procs.fake_dc([(7, "normal"), (8, "reset"), (9, "stall"), (10, "close")])
+
+
+def direct(procs, dc, lid, tag="ef", up=4096, down=4096, *extra):
+    return procs.client(dc.addr(lid), "00" * 16, tag, 2, up, down, "--direct", *extra,
+                        timeout=60)
+
+
+@pytest.mark.parametrize("tag", ["ef", "ee", "dd"])
+def test_direct_roundtrip(procs, dc, tag):
+    res = direct(procs, dc, 7, tag, 300000, 500000, "--expect-id", 7, "--expect-dc", 2)
+    assert_ok(res)
+    assert res["ids"] == [7] and res["dcs"] == [2]
+    assert dc.wait_line(r"^DONE listener=7 up_ok=300000 mismatch=none$", 5)
+
+
+def test_direct_many_and_large(procs, dc):
+    assert_ok(direct(procs, dc, 7, "dd", 10 << 20, 10 << 20))
+    res = direct(procs, dc, 7, "ee", 65536, 65536, "--conns", 200)
+    assert_ok(res)
+    assert res["up_total"] == res["down_total"] == 200 * 65536
+
+
+def test_wrong_keys_are_detected(procs, dc):
+    # A secret-keyed header sent straight to the DC decrypts to garbage: no hello.
+    res = procs.client(dc.addr(7), "11" * 16, "ef", 2, 10, 10, "--timeout", "3")
+    assert not res["ok"] and res["hellos"] == 0, res
+    assert dc.wait_line(r"^BAD_HEADER listener=7 ", 5)
+
+
+def test_modes(procs, dc):
+    err = direct(procs, dc, 8, "ef", 1, 1, "--timeout", 3)["errors"][0]
+    assert re.search(r"^conn 0: (connect|header|hello).*reset", err), err
+    res = direct(procs, dc, 9, "ef", 1, 1, "--timeout", 2)
+    assert "hello: timeout" in res["errors"][0]
+    assert "hello: eof" in direct(procs, dc, 10, "ef", 1, 1, "--timeout", 3)["errors"][0]
+    assert dc.wait_line(r"^CLOSED listener=10 reason=mode_close$", 5)
+
+
+def test_client_options(procs, dc):
+    assert_ok(direct(procs, dc, 7, "ef", 1 << 20, 1 << 20, "--close-halfway", "--conns", 3))
+    assert_ok(direct(procs, dc, 7, "ee", 1 << 20, 1 << 20, "--rst-after-trailer"))
+    t0 = time.monotonic()
+    assert_ok(direct(procs, dc, 7, "dd", 1000, 400000, "--slow-read", 400000))
+    assert time.monotonic() - t0 > 0.7
+    res = direct(procs, dc, 7, "ef", 10, 10, "--hold", 1, "--events")
+    assert_ok(res)
+    assert res["seconds"] >= 1.0
+
+
+def test_loopback_guard():
+    # Checked without dialing anything: the guard must refuse before any connect() happens.
+    harness._check_loopback(("127.0.0.1", 1))
+    harness._check_loopback(("::1", 1, 0, 0))
+    for bad in [("192.0.2.1", 443), ("10.0.0.1", 80), ("2001:db8::1", 443, 0, 0),
+                ("example.org", 443)]:
+        with pytest.raises(AssertionError):
+            harness._check_loopback(bad)
+
+
+@pytest.mark.parametrize("tag", ["ef", "ee", "dd"])
+def test_telethon_direct_to_fake_dc(procs, dc, tag):
+    nonce, res = tgprobe.req_pq_direct(tag, dc.port[7])
+    assert isinstance(res, tgprobe.ResPQ)
+    assert res.nonce == nonce
+    assert res.pq == bytes.fromhex("17ed48941a08f981")
+    assert len(res.server_public_key_fingerprints) == 1
+    m = dc.wait_line(r"^REQ_PQ_MULTI listener=7 tag=(\w+) dc=(-?\d+) nonce=([0-9a-f]+)$", 5)
+    assert m and m.group(1) == tag and m.group(3) == tgprobe.nonce_hex(nonce), json.dumps(
+        dc.lines[-5:])

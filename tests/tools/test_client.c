@@ -1,0 +1,648 @@
+/* test_client.c: obfuscated2 test client: runs the test protocol through the proxy, checks it. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include "crypto/crypto.h"
+#include "pattern.h"
+#include "proto/obfs2.h"
+#include "proto/secret.h"
+#include "toolnet.h"
+
+/*
+ * Usage: test_client --proxy HOST:PORT --secret SECRET --tag ef|ee|dd --dc N --up BYTES
+ *          --down BYTES [--seed S] [--conns N] [--expect-id ID] [--expect-dc N]
+ *          [--close-halfway] [--slow-read BYTES_PER_SEC] [--timeout SECONDS]
+ *          [--rst-after-trailer] [--hold SECONDS] [--events] [--direct]
+ *
+ * Each connection: 64-byte obfuscated2 header keyed with the secret + the test request
+ * (pattern.h), the hello (checked), then up and down at once with every byte verified, the
+ * trailer (checked), then a half-close and a clean EOF from the proxy. Connection i uses
+ * seed S + i. --hold waits SECONDS after the hello (failing if the peer closes meanwhile), then
+ * sends the GO byte (pattern.h) that starts the transfer;
+ * --events prints {"event":"connected"|"hello",...} lines as they happen. --direct (a self-check
+ * of the tools) talks to fake_dc itself: raw keys, no secret. The last line is
+ * one JSON summary; the exit code is 0 iff every connection succeeded. HOST must be a
+ * loopback address.
+ */
+
+#define IO_CHUNK 65536
+#define MAX_CONNS 5000
+#define MAX_REPORTED_ERRORS 5
+
+struct opts {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct secret secret;
+    uint32_t tag;
+    int16_t dc;
+    uint64_t up, down;
+    uint32_t seed;
+    int conns;
+    int64_t expect_id; /* -1: any */
+    bool expect_dc_set;
+    int16_t expect_dc;
+    bool close_halfway;
+    uint64_t slow_read; /* bytes per second, 0 = unlimited */
+    int timeout_s;
+    bool rst_after_trailer;
+    int hold_s;
+    bool events;
+    bool direct; /* debug: raw keys, no secret, straight to fake_dc */
+};
+
+struct result {
+    bool ok;
+    bool got_hello;
+    uint32_t id, tag;
+    int16_t dc;
+    uint64_t up_sent, down_got;
+    size_t rx_before_hello;
+    int64_t hello_ms;
+    char err[240];
+};
+
+struct conn_ctx {
+    const struct opts *o;
+    int index;
+    bool started;
+    struct result r;
+};
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t t_start;
+
+static void fail(struct result *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof(r->err), fmt, ap);
+    va_end(ap);
+    r->ok = false;
+}
+
+static const char *tag_short(uint32_t tag) {
+    switch (tag) {
+    case OBFS2_TAG_ABRIDGED:
+        return "ef";
+    case OBFS2_TAG_INTERMEDIATE:
+        return "ee";
+    case OBFS2_TAG_PADDED:
+        return "dd";
+    default:
+        return "??";
+    }
+}
+
+static const char *io_what(enum tn_status st, int err) {
+    if (st == TN_ERR)
+        return err == ECONNRESET || err == EPIPE ? "reset" : strerror(err);
+    return tn_status_name(st);
+}
+
+static void event(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&out_lock);
+    vfprintf(stdout, fmt, ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&out_lock);
+    va_end(ap);
+}
+
+static int connect_to(const struct opts *o, int64_t deadline, struct result *r) {
+    int fd = socket(o->addr.ss_family, SOCK_STREAM, 0);
+    if (fd < 0) {
+        fail(r, "socket: %s", strerror(errno));
+        return -1;
+    }
+    tn_set_nonblock(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, (const struct sockaddr *)&o->addr, o->addrlen) != 0 && errno != EINPROGRESS) {
+        fail(r, "connect: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    int w = tn_wait(fd, POLLOUT, deadline);
+    int e = 0;
+    socklen_t el = sizeof(e);
+    if (w <= 0) {
+        fail(r, "connect: %s", w == 0 ? "timeout" : strerror(errno));
+        close(fd);
+        return -1;
+    }
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
+    if (e != 0) {
+        fail(r, "connect: %s", strerror(e));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Waits hold_ms after the hello; the proxy must neither send nor close meanwhile. */
+static int hold(int fd, int64_t hold_ms, int64_t deadline, struct result *r) {
+    int64_t until = tn_now_ms() + hold_ms;
+    if (until > deadline)
+        until = deadline;
+    while (tn_now_ms() < until) {
+        int w = tn_wait(fd, POLLIN, until);
+        if (w == 0)
+            break;
+        uint8_t b[64];
+        ssize_t n = recv(fd, b, sizeof(b), 0);
+        if (n == 0) {
+            fail(r, "hold: eof from proxy");
+            return -1;
+        }
+        if (n > 0) {
+            fail(r, "hold: unexpected %zd bytes", n);
+            return -1;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+            fail(r, "hold: %s", io_what(TN_ERR, errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Sends up and receives down at once. Returns 0, 1 after a deliberate half-way close,
+ * or -1 on failure. */
+static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct crypto_ctr *dec,
+                    uint32_t seed, int64_t deadline, struct result *r) {
+    struct pattern pup, pdown;
+    pattern_init(&pup, seed, TP_DIR_UP);
+    pattern_init(&pdown, seed, TP_DIR_DOWN);
+    uint8_t *sbuf = malloc(IO_CHUNK), *rbuf = malloc(IO_CHUNK);
+    int rc = -1;
+    if (!sbuf || !rbuf) {
+        fail(r, "malloc");
+        goto out;
+    }
+    uint64_t up_limit = o->close_halfway ? o->up / 2 : o->up;
+    uint64_t queued = 0; /* up bytes generated so far */
+    size_t slen = 0, soff = 0;
+    int64_t t0 = tn_now_ms();
+    for (;;) {
+        if (o->close_halfway && r->up_sent >= up_limit) {
+            tn_close_rst(fd);
+            rc = 1;
+            goto out;
+        }
+        if (r->up_sent >= up_limit && r->down_got >= o->down)
+            break;
+        if (soff == slen && queued < up_limit) {
+            uint64_t left = up_limit - queued;
+            slen = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
+            pattern_fill(&pup, sbuf, slen);
+            crypto_ctr_apply(enc, sbuf, sbuf, slen);
+            queued += slen;
+            soff = 0;
+        }
+        size_t can_read = 0;
+        if (r->down_got < o->down) {
+            uint64_t left = o->down - r->down_got;
+            can_read = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
+            if (o->slow_read) {
+                int64_t allowed = 16384 +
+                                  (int64_t)(o->slow_read * (uint64_t)(tn_now_ms() - t0) / 1000) -
+                                  (int64_t)r->down_got;
+                if (allowed <= 0)
+                    can_read = 0;
+                else if ((uint64_t)allowed < can_read)
+                    can_read = (size_t)allowed;
+            }
+        }
+        struct pollfd pfd = {.fd = fd, .events = 0};
+        if (soff < slen)
+            pfd.events |= POLLOUT;
+        if (can_read)
+            pfd.events |= POLLIN;
+        int wait_ms = tn_left_ms(deadline);
+        bool throttled = r->down_got < o->down && can_read == 0;
+        if (throttled && wait_ms > 10)
+            wait_ms = 10;
+        if (wait_ms == 0 && !throttled) {
+            fail(r, "transfer: timeout (up %" PRIu64 "/%" PRIu64 ", down %" PRIu64 "/%" PRIu64 ")",
+                 r->up_sent, o->up, r->down_got, o->down);
+            goto out;
+        }
+        int n = poll(&pfd, 1, wait_ms);
+        if (n < 0 && errno != EINTR) {
+            fail(r, "poll: %s", strerror(errno));
+            goto out;
+        }
+        if (n <= 0)
+            continue;
+        if (pfd.revents & POLLERR) {
+            int e = 0;
+            socklen_t el = sizeof(e);
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
+            fail(r, "transfer: %s (up %" PRIu64 "/%" PRIu64 ", down %" PRIu64 "/%" PRIu64 ")",
+                 io_what(TN_ERR, e), r->up_sent, o->up, r->down_got, o->down);
+            goto out;
+        }
+        if ((pfd.revents & (POLLIN | POLLHUP)) && can_read) {
+            ssize_t got = recv(fd, rbuf, can_read, 0);
+            if (got == 0) {
+                fail(r, "transfer: eof (up %" PRIu64 "/%" PRIu64 ", down %" PRIu64 "/%" PRIu64 ")",
+                     r->up_sent, o->up, r->down_got, o->down);
+                goto out;
+            }
+            if (got < 0 && errno != EAGAIN && errno != EINTR) {
+                fail(r, "transfer: %s (up %" PRIu64 "/%" PRIu64 ", down %" PRIu64 "/%" PRIu64 ")",
+                     io_what(TN_ERR, errno), r->up_sent, o->up, r->down_got, o->down);
+                goto out;
+            }
+            if (got > 0) {
+                crypto_ctr_apply(dec, rbuf, rbuf, (size_t)got);
+                long bad = pattern_check(&pdown, rbuf, (size_t)got);
+                if (bad >= 0) {
+                    fail(r, "down: mismatch at byte %" PRIu64, r->down_got + (uint64_t)bad);
+                    goto out;
+                }
+                r->down_got += (uint64_t)got;
+            }
+        }
+        if ((pfd.revents & (POLLOUT | POLLHUP)) && soff < slen) {
+            ssize_t w = send(fd, sbuf + soff, slen - soff, MSG_NOSIGNAL);
+            if (w > 0) {
+                soff += (size_t)w;
+                r->up_sent += (uint64_t)w;
+            } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+                fail(r, "transfer: send %s (up %" PRIu64 "/%" PRIu64 ")", io_what(TN_ERR, errno),
+                     r->up_sent, o->up);
+                goto out;
+            }
+        }
+    }
+    rc = 0;
+out:
+    free(sbuf);
+    free(rbuf);
+    return rc;
+}
+
+static void session(struct conn_ctx *cx) {
+    const struct opts *o = cx->o;
+    struct result *r = &cx->r;
+    int64_t t0 = tn_now_ms();
+    int64_t deadline = t0 + (int64_t)o->timeout_s * 1000;
+    uint32_t seed = o->seed + (uint32_t)cx->index;
+    struct crypto_ctr *enc = crypto_ctr_new(), *dec = crypto_ctr_new();
+    int fd = -1;
+    if (!enc || !dec) {
+        fail(r, "crypto_ctr_new");
+        goto out;
+    }
+    fd = connect_to(o, deadline, r);
+    if (fd < 0)
+        goto out;
+    if (o->events)
+        event("{\"event\":\"connected\",\"conn\":%d,\"ms\":%" PRId64 "}", cx->index,
+              tn_now_ms() - t_start);
+
+    uint8_t plain[OBFS2_HDR_LEN], out[OBFS2_HDR_LEN + TP_REQ_LEN];
+    struct obfs2_keys k;
+    if (obfs2_build(plain, o->tag, o->dc, NULL) != 0) {
+        fail(r, "obfs2_build failed");
+        goto out;
+    }
+    obfs2_derive(plain, o->direct ? NULL : o->secret.key, &k);
+    if (crypto_ctr_init(enc, k.fwd.key, k.fwd.iv) != 0 ||
+        crypto_ctr_init(dec, k.rev.key, k.rev.iv) != 0) {
+        fail(r, "crypto_ctr_init failed");
+        goto out;
+    }
+    obfs2_seal(plain, enc, out);
+    uint8_t *req = out + OBFS2_HDR_LEN;
+    memcpy(req, TP_MAGIC, 8);
+    tp_put32(req + 8, TP_VERSION);
+    tp_put64(req + 12, o->up);
+    tp_put64(req + 20, o->down);
+    tp_put32(req + 28, seed);
+    tp_put32(req + 32, (o->rst_after_trailer ? TP_FLAG_RST : 0) | (o->hold_s ? TP_FLAG_GO : 0));
+    crypto_ctr_apply(enc, req, req, TP_REQ_LEN);
+    enum tn_status st = tn_write_all(fd, out, sizeof(out), deadline);
+    if (st != TN_OK) {
+        fail(r, "header: write %s", io_what(st, errno));
+        goto out;
+    }
+
+    uint8_t hello[TP_HELLO_LEN];
+    st = tn_read_full(fd, hello, sizeof(hello), deadline, &r->rx_before_hello);
+    if (st != TN_OK) {
+        fail(r, "hello: %s after %zu bytes, %" PRId64 " ms", io_what(st, errno), r->rx_before_hello,
+             tn_now_ms() - t0);
+        goto out;
+    }
+    crypto_ctr_apply(dec, hello, hello, sizeof(hello));
+    if (memcmp(hello, TP_HELLO_MAGIC, 8) != 0) {
+        fail(r, "hello: bad magic (wrong keys?)");
+        goto out;
+    }
+    r->got_hello = true;
+    r->hello_ms = tn_now_ms() - t0;
+    r->id = tp_get32(hello + 8);
+    r->tag = tp_get32(hello + 12);
+    r->dc = (int16_t)tp_get16(hello + 16);
+    if (o->events)
+        event("{\"event\":\"hello\",\"conn\":%d,\"id\":%u,\"tag\":\"%s\",\"dc\":%d,\"ms\":%" PRId64
+              "}",
+              cx->index, r->id, tag_short(r->tag), (int)r->dc, tn_now_ms() - t_start);
+    if (o->expect_id >= 0 && r->id != (uint32_t)o->expect_id) {
+        fail(r, "hello: listener id %u, expected %" PRId64, r->id, o->expect_id);
+        goto out;
+    }
+    if (r->tag != o->tag) {
+        fail(r, "hello: DC saw tag %08x, sent %08x", r->tag, o->tag);
+        goto out;
+    }
+    if (o->expect_dc_set && r->dc != o->expect_dc) {
+        fail(r, "hello: DC saw dc %d, expected %d", (int)r->dc, (int)o->expect_dc);
+        goto out;
+    }
+    if (o->hold_s > 0) {
+        if (hold(fd, (int64_t)o->hold_s * 1000, deadline, r) != 0)
+            goto out;
+        uint8_t go = 'G';
+        crypto_ctr_apply(enc, &go, &go, 1);
+        st = tn_write_all(fd, &go, 1, deadline);
+        if (st != TN_OK) {
+            fail(r, "go: write %s", io_what(st, errno));
+            goto out;
+        }
+    }
+
+    int rc = transfer(o, fd, enc, dec, seed, deadline, r);
+    if (rc == 1) {
+        fd = -1; /* closed with RST half-way, as asked */
+        r->ok = true;
+        goto out;
+    }
+    if (rc != 0)
+        goto out;
+
+    uint8_t done[TP_DONE_LEN];
+    size_t got = 0;
+    st = tn_read_full(fd, done, sizeof(done), deadline, &got);
+    if (st != TN_OK) {
+        if (o->rst_after_trailer && got == 0 && st != TN_TIMEOUT) {
+            r->ok = true; /* the DC's RST may overtake its trailer inside the proxy */
+            goto out;
+        }
+        fail(r, "trailer: %s after %zu bytes", io_what(st, errno), got);
+        goto out;
+    }
+    crypto_ctr_apply(dec, done, done, sizeof(done));
+    uint64_t up_ok = tp_get64(done + 8);
+    uint32_t mismatch = tp_get32(done + 16);
+    if (memcmp(done, TP_DONE_MAGIC, 8) != 0) {
+        fail(r, "trailer: bad magic");
+        goto out;
+    }
+    if (up_ok != o->up || mismatch != TP_NO_MISMATCH) {
+        fail(r, "trailer: DC verified %" PRIu64 "/%" PRIu64 " up bytes, first mismatch %d", up_ok,
+             o->up, mismatch == TP_NO_MISMATCH ? -1 : (int)mismatch);
+        goto out;
+    }
+    size_t extra = 0;
+    if (o->rst_after_trailer) {
+        st = tn_drain_to_eof(fd, deadline, &extra);
+        if (st == TN_TIMEOUT) {
+            fail(r, "close: proxy kept the connection open after the DC reset");
+            goto out;
+        }
+    } else {
+        shutdown(fd, SHUT_WR);
+        st = tn_drain_to_eof(fd, deadline, &extra);
+        if (st != TN_EOF) {
+            fail(r, "close: %s instead of a clean EOF after the trailer", io_what(st, errno));
+            goto out;
+        }
+    }
+    if (extra > 0) {
+        fail(r, "close: %zu unexpected bytes after the trailer", extra);
+        goto out;
+    }
+    r->ok = true;
+out:
+    if (fd >= 0)
+        close(fd);
+    crypto_ctr_free(enc);
+    crypto_ctr_free(dec);
+}
+
+static void *session_thread(void *arg) {
+    session(arg);
+    return NULL;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: test_client --proxy HOST:PORT --secret SECRET --tag ef|ee|dd --dc N "
+            "--up BYTES --down BYTES [--seed S] [--conns N] [--expect-id ID] [--expect-dc N] "
+            "[--close-halfway] [--slow-read BPS] [--timeout S] [--rst-after-trailer] "
+            "[--hold S] [--events] [--direct]\n");
+    exit(2);
+}
+
+static uint64_t parse_u64(const char *s, const char *what) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "test_client: bad %s '%s'\n", what, s);
+        exit(2);
+    }
+    return v;
+}
+
+static long parse_long(const char *s, const char *what, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 0);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "test_client: bad %s '%s'\n", what, s);
+        exit(2);
+    }
+    return v;
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+int main(int argc, char **argv) {
+    struct opts o = {.conns = 1, .expect_id = -1, .timeout_s = 30, .tag = 0};
+    const char *proxy = NULL, *secret = NULL;
+    bool have_dc = false, have_up = false, have_down = false, have_seed = false;
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--close-halfway") == 0) {
+            o.close_halfway = true;
+        } else if (strcmp(a, "--rst-after-trailer") == 0) {
+            o.rst_after_trailer = true;
+        } else if (strcmp(a, "--events") == 0) {
+            o.events = true;
+        } else if (strcmp(a, "--direct") == 0) {
+            o.direct = true;
+        } else if (!v) {
+            usage();
+        } else {
+            i++;
+            if (strcmp(a, "--proxy") == 0)
+                proxy = v;
+            else if (strcmp(a, "--secret") == 0)
+                secret = v;
+            else if (strcmp(a, "--tag") == 0) {
+                if (strcmp(v, "ef") == 0)
+                    o.tag = OBFS2_TAG_ABRIDGED;
+                else if (strcmp(v, "ee") == 0)
+                    o.tag = OBFS2_TAG_INTERMEDIATE;
+                else if (strcmp(v, "dd") == 0)
+                    o.tag = OBFS2_TAG_PADDED;
+                else
+                    usage();
+            } else if (strcmp(a, "--dc") == 0) {
+                o.dc = (int16_t)parse_long(v, "dc", -32768, 32767);
+                have_dc = true;
+            } else if (strcmp(a, "--up") == 0) {
+                o.up = parse_u64(v, "up");
+                have_up = true;
+            } else if (strcmp(a, "--down") == 0) {
+                o.down = parse_u64(v, "down");
+                have_down = true;
+            } else if (strcmp(a, "--seed") == 0) {
+                o.seed = (uint32_t)parse_u64(v, "seed");
+                have_seed = true;
+            } else if (strcmp(a, "--conns") == 0)
+                o.conns = (int)parse_long(v, "conns", 1, MAX_CONNS);
+            else if (strcmp(a, "--expect-id") == 0)
+                o.expect_id = (int64_t)parse_u64(v, "expect-id");
+            else if (strcmp(a, "--expect-dc") == 0) {
+                o.expect_dc = (int16_t)parse_long(v, "expect-dc", -32768, 32767);
+                o.expect_dc_set = true;
+            } else if (strcmp(a, "--slow-read") == 0)
+                o.slow_read = parse_u64(v, "slow-read");
+            else if (strcmp(a, "--timeout") == 0)
+                o.timeout_s = (int)parse_long(v, "timeout", 1, 3600);
+            else if (strcmp(a, "--hold") == 0)
+                o.hold_s = (int)parse_long(v, "hold", 0, 3600);
+            else
+                usage();
+        }
+    }
+    if (o.direct && !secret)
+        secret = "00000000000000000000000000000000";
+    if (!proxy || !secret || !o.tag || !have_dc || !have_up || !have_down)
+        usage();
+    char err[200];
+    if (tn_parse_addr(proxy, 1, &o.addr, &o.addrlen, NULL, err, sizeof(err)) != 0) {
+        fprintf(stderr, "test_client: %s\n", err);
+        return 2;
+    }
+    if (secret_parse(NULL, secret, &o.secret, err, sizeof(err)) != 0) {
+        fprintf(stderr, "test_client: bad secret: %s\n", err);
+        return 2;
+    }
+    if (!have_seed && crypto_random(&o.seed, sizeof(o.seed)) != 0)
+        return 2;
+
+    struct conn_ctx *cx = calloc((size_t)o.conns, sizeof(*cx));
+    pthread_t *th = calloc((size_t)o.conns, sizeof(*th));
+    if (!cx || !th)
+        return 2;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    t_start = tn_now_ms();
+    for (int i = 0; i < o.conns; i++) {
+        cx[i].o = &o;
+        cx[i].index = i;
+        if (pthread_create(&th[i], &attr, session_thread, &cx[i]) != 0)
+            fail(&cx[i].r, "pthread_create failed");
+        else
+            cx[i].started = true;
+    }
+    int failed = 0, hellos = 0;
+    for (int i = 0; i < o.conns; i++) {
+        if (cx[i].started)
+            pthread_join(th[i], NULL);
+        if (!cx[i].r.ok)
+            failed++;
+        if (cx[i].r.got_hello)
+            hellos++;
+    }
+    double secs = (double)(tn_now_ms() - t_start) / 1000.0;
+
+    uint64_t up_total = 0, down_total = 0;
+    size_t rx_before_hello = 0;
+    for (int i = 0; i < o.conns; i++) {
+        up_total += cx[i].r.up_sent;
+        down_total += cx[i].r.down_got;
+        rx_before_hello += cx[i].r.rx_before_hello;
+    }
+    pthread_mutex_lock(&out_lock);
+    printf("{\"ok\":%s,\"conns\":%d,\"failed\":%d,\"hellos\":%d,\"seed\":%u,"
+           "\"up\":%" PRIu64 ",\"down\":%" PRIu64 ",\"up_total\":%" PRIu64
+           ",\"down_total\":%" PRIu64 ",\"rx_before_hello\":%zu,\"seconds\":%.3f,",
+           failed == 0 ? "true" : "false", o.conns, failed, hellos, o.seed, o.up, o.down, up_total,
+           down_total, rx_before_hello, secs);
+    /* Distinct hello fields seen (listener ids, dc fields), for routing checks. */
+    printf("\"ids\":[");
+    int n = 0;
+    for (int i = 0; i < o.conns; i++) {
+        if (!cx[i].r.got_hello)
+            continue;
+        bool seen = false;
+        for (int j = 0; j < i; j++)
+            seen |= cx[j].r.got_hello && cx[j].r.id == cx[i].r.id;
+        if (!seen)
+            printf("%s%u", n++ ? "," : "", cx[i].r.id);
+    }
+    printf("],\"dcs\":[");
+    n = 0;
+    for (int i = 0; i < o.conns; i++) {
+        if (!cx[i].r.got_hello)
+            continue;
+        bool seen = false;
+        for (int j = 0; j < i; j++)
+            seen |= cx[j].r.got_hello && cx[j].r.dc == cx[i].r.dc;
+        if (!seen)
+            printf("%s%d", n++ ? "," : "", (int)cx[i].r.dc);
+    }
+    printf("],\"errors\":[");
+    n = 0;
+    for (int i = 0; i < o.conns && n < MAX_REPORTED_ERRORS; i++) {
+        if (cx[i].r.ok)
+            continue;
+        char line[300];
+        snprintf(line, sizeof(line), "conn %d: %s", i, cx[i].r.err);
+        if (n++)
+            putchar(',');
+        json_str(line);
+    }
+    printf("]}\n");
+    fflush(stdout);
+    pthread_mutex_unlock(&out_lock);
+    pthread_attr_destroy(&attr);
+    free(cx);
+    free(th);
+    return failed == 0 ? 0 : 1;
+}
