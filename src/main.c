@@ -272,6 +272,18 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    /* Block the signals main waits for before anything is bound, so a SIGTERM that arrives
+     * during start-up is taken by sigwait (clean exit 0), not by the default action; the
+     * workers inherit the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
     char err[512];
     if (log_open(opt.log, (enum log_level)opt.log_level, err, sizeof err)) {
         fprintf(stderr, "mtproxy: %s\n", err);
@@ -347,15 +359,6 @@ int main(int argc, char **argv)
     if (opt.user[0] && drop_privileges(opt.user))
         return 1;
 
-    /* Workers inherit a mask blocking the signals main waits for. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
 
     for (int i = 0; i < nworkers; i++) {
         int rc = worker_start(&ws[i]);
