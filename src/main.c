@@ -329,7 +329,7 @@ int main(int argc, char **argv)
     if (!ws || !pws)
         return 1;
     for (int i = 0; i < nworkers; i++) {
-        if (worker_init(&ws[i], i, proxy_on_accept, proxy_on_stop, NULL, NULL) ||
+        if (worker_init(&ws[i], i, NULL, NULL, NULL, NULL) ||
             proxy_worker_init(&pws[i], &ws[i], &opt, &dcs, &masks, replay, nworkers)) {
             log_error("cannot set up worker %d", i);
             return 1;

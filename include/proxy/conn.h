@@ -165,7 +165,7 @@ struct proxy_worker {
 };
 
 /* Sets up the proxy state of worker w (index, of nworkers) and registers the proxy's
- * handlers in w. Limits are the options' process-wide values divided by nworkers.
+ * handlers (accept, stop) and itself as w's ctx. Limits are the options' process-wide values divided by nworkers.
  * Returns 0, or -1. */
 int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
                       const struct dc_table *dcs, const struct mask_table *masks,

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -142,15 +143,23 @@ void side_release(struct conn *c, struct conn_side *s)
     s->queued = 0;
 }
 
-void waiters_remove(struct proxy_worker *pw, struct conn *c)
+/* Unlinks c from a singly linked list of connections threaded through the member at
+ * link_off (wait_next or batch_next). */
+static void conn_unlink(struct conn **head, struct conn *c, size_t link_off)
 {
-    for (struct conn **pp = &pw->waiters; *pp; pp = &(*pp)->wait_next) {
+    for (struct conn **pp = head; *pp; pp = (struct conn **)(void *)((char *)*pp + link_off)) {
         if (*pp == c) {
-            *pp = c->wait_next;
-            break;
+            struct conn **link = (struct conn **)(void *)((char *)c + link_off);
+            *pp = *link;
+            *link = NULL;
+            return;
         }
     }
-    c->wait_next = NULL;
+}
+
+void waiters_remove(struct proxy_worker *pw, struct conn *c)
+{
+    conn_unlink(&pw->waiters, c, offsetof(struct conn, wait_next));
     c->waiting_block = 0;
 }
 
@@ -310,13 +319,7 @@ void relay_stop(struct proxy_worker *pw)
 
 void batch_remove(struct proxy_worker *pw, struct conn *c)
 {
-    for (struct conn **pp = &pw->batch; *pp; pp = &(*pp)->batch_next) {
-        if (*pp == c) {
-            *pp = c->batch_next;
-            break;
-        }
-    }
-    c->batch_next = NULL;
+    conn_unlink(&pw->batch, c, offsetof(struct conn, batch_next));
     c->batched = 0;
 }
 
