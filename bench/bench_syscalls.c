@@ -260,7 +260,7 @@ static void bs_usage(FILE *f)
             "  --nagle            leave TCP_NODELAY off (default: on, like the proxy)\n"
             "  --max-total S      refuse a plan longer than S seconds (default 1800)\n"
             "  --retries N        redo a run during which other processes used more than\n"
-            "  --max-other C      C CPUs of user time on average (default 0.2), at most N times (1,\n"
+            "  --max-other C      C CPUs of user time on average (default 0.2), at most N times (2,\n"
             "                     --quick: 0); the least disturbed attempt is kept\n"
             "  --quick            tiny durations and a few sizes, to check it works (CI)\n"
             "  --csv FILE         also write the results as CSV to FILE\n"
@@ -295,7 +295,7 @@ static int bs_parse_args(int argc, char **argv, struct bs_opts *o)
     o->max_total = 1800.0;
     o->pinning = 1;
     o->modes = 1;
-    o->retries = -1; /* 1, or 0 with --quick */
+    o->retries = -1; /* 2, or 0 with --quick */
     o->max_other = 0.2;
 
     for (int i = 1; i < argc; i++) {
@@ -404,7 +404,7 @@ static int bs_parse_args(int argc, char **argv, struct bs_opts *o)
             o->step_log2 = 4;
     }
     if (o->retries < 0)
-        o->retries = o->quick ? 0 : 1;
+        o->retries = o->quick ? 0 : 2;
     if (o->min_size > o->max_size) {
         fprintf(stderr, "bench_syscalls: --min-size is larger than --max-size\n");
         return -1;

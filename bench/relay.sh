@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# bench/relay.sh: relay benchmark matrix through the real mtproxy binary on 127.0.0.1.
+#
+#   bench/relay.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
+#
+# One worker (--workers 1), the proxy's DC is bench_load's own DC sink (--dc-builtin off
+# --mask off, every address 127.0.0.1). Writes into OUT (default bench/results, --quick:
+# BUILD/results-relay-quick): crypto.csv, replay.csv, relay.csv (one row per bench_load run;
+# the label column names the proxy config), and from those relay.md, fastpath.md, batching.md,
+# handshake.md, crypto.md, replay.md and relay_*.png (gnuplot, when installed).
+#
+# Matrix (full): A. block size 4,8,16,32,64 KiB (fast mode and splice on, as shipped) x plain
+# and ee clients x bulk-down, bulk-up, mtu, small x 1 and 64 connections; dd only at 16 KiB
+# (dd and plain take the same relay path). B. fast off / on (splice off) / on + splice, dd and
+# ee, bulk down and up, 1 connection. C. write-batch 0/1/10/100 ms, small, 64 connections with
+# 4 messages in flight each. D. handshakes per second (plain, dd, ee; 16 in flight). E. connect
+# to first DC byte, dc-pool 0 vs 2 (dd, one handshake at a time). Medians of --repeat runs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD="$ROOT/build-h8"
+OUT=""
+QUICK=0
+REPEAT=3
+SECONDS_RUN=2
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --build-dir) BUILD=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    --repeat) REPEAT=$2; shift ;;
+    --seconds) SECONDS_RUN=$2; shift ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "relay.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$QUICK" = 1 ]; then
+    REPEAT=1
+    SECONDS_RUN=0.3
+    OUT=${OUT:-$BUILD/results-relay-quick}
+    BLOCKS="16384"
+    WORKLOADS="bulk-down small"
+    CONNS="1"
+    BATCHES="0 10"
+else
+    OUT=${OUT:-$ROOT/bench/results}
+    BLOCKS="4096 8192 16384 32768 65536"
+    WORKLOADS="bulk-down bulk-up mtu small"
+    CONNS="1 64"
+    BATCHES="0 1 10 100"
+fi
+MTPROXY=$BUILD/mtproxy
+LOAD=$BUILD/bench/bench_load
+for b in "$MTPROXY" "$LOAD" "$BUILD/bench/bench_crypto" "$BUILD/bench/bench_replay"; do
+    [ -x "$b" ] || { echo "relay.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
+done
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/mtproxy-relay.XXXXXX)
+PROXY_PID=""
+cleanup() {
+    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+PORT=$((20000 + RANDOM % 20000))
+DCPORT=$((PORT + 1))
+K_PLAIN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+K_DD=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+K_EE=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+DOMAIN_HEX=$(printf 'example.com' | od -An -tx1 | tr -d ' \n')
+declare -A SECRET=([plain]=$K_PLAIN [dd]=dd$K_DD [tls]=ee$K_EE$DOMAIN_HEX)
+
+# start_proxy ARGS...: one worker, loopback only, our DC sink; waits for the listener.
+start_proxy() {
+    : >"$WORK/proxy.log"
+    timeout 1800 "$MTPROXY" --listen 127.0.0.1:$PORT --dc-builtin off --mask off \
+        --dc "2 127.0.0.1:$DCPORT" --workers 1 --secret "p:$K_PLAIN" --secret "d:dd$K_DD" \
+        --secret "t:ee$K_EE$DOMAIN_HEX" --log "$WORK/proxy.log" --pidfile "$WORK/proxy.pid" \
+        --state-file "$WORK/state" --log-level info "$@" &
+    PROXY_PID=$!
+    for _ in $(seq 100); do
+        grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "relay.sh: proxy did not start: $*" >&2
+    cat "$WORK/proxy.log" >&2
+    exit 1
+}
+stop_proxy() {
+    kill "$PROXY_PID" 2>/dev/null || true
+    wait "$PROXY_PID" 2>/dev/null || true
+    PROXY_PID=""
+}
+
+CSV=$OUT/relay.csv
+rm -f "$CSV"
+# run LABEL CLIENT WORKLOAD CONNS [bench_load args]: REPEAT runs, each a CSV row.
+run() {
+    local label=$1 client=$2 wl=$3 conns=$4
+    shift 4
+    for _ in $(seq "$REPEAT"); do
+        timeout 120 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "${SECRET[$client]}" \
+            --client "$client" --workload "$wl" --conns "$conns" --seconds "$SECONDS_RUN" \
+            --proxy-pid "$PROXY_PID" --proxy-log "$WORK/proxy.log" --label "$label" \
+            --csv "$CSV" --quiet "$@" || echo "relay.sh: run failed: $label $client $wl $conns" >&2
+    done
+}
+
+echo "relay.sh: crypto bound" >&2
+"$BUILD/bench/bench_crypto" $([ "$QUICK" = 1 ] && echo --quick) --csv "$OUT/crypto.csv" >/dev/null
+echo "relay.sh: replay cache" >&2
+"$BUILD/bench/bench_replay" $([ "$QUICK" = 1 ] && echo --quick) --csv "$OUT/replay.csv" >/dev/null
+if command -v openssl >/dev/null && [ "$QUICK" = 0 ]; then
+    openssl speed -seconds 2 -evp aes-256-ctr 2>/dev/null | tail -1 >"$OUT/openssl-speed.txt" || true
+fi
+
+# A. block sizes (fast mode + splice on, as shipped)
+for b in $BLOCKS; do
+    echo "relay.sh: block $b" >&2
+    start_proxy --block-size "$b"
+    for c in $CONNS; do
+        for wl in $WORKLOADS; do
+            run "block=$b" plain "$wl" "$c"
+            run "block=$b" tls "$wl" "$c"
+            [ "$b" = 16384 ] && run "block=$b" dd "$wl" "$c"
+        done
+    done
+    stop_proxy
+done
+
+# B. fast mode off / on / on + splice: CPU seconds per GB
+for mode in off on splice; do
+    echo "relay.sh: fast $mode" >&2
+    case $mode in
+    off) start_proxy --fast-mode off --splice off ;;
+    on) start_proxy --fast-mode on --splice off ;;
+    splice) start_proxy --fast-mode on --splice on ;;
+    esac
+    for wl in bulk-down bulk-up; do
+        run "fast=$mode" dd "$wl" 1
+        run "fast=$mode" tls "$wl" 1
+    done
+    stop_proxy
+done
+
+# C. write batching under many small messages
+for w in $BATCHES; do
+    echo "relay.sh: write-batch ${w}ms" >&2
+    start_proxy --write-batch "${w}ms"
+    run "batch=$w" dd small 64 --window 4
+    run "batch=$w" tls small 64 --window 4
+    stop_proxy
+done
+
+# D. handshakes per second, one worker
+echo "relay.sh: handshakes" >&2
+start_proxy
+for c in plain dd tls; do
+    run "handshake" "$c" handshake 1 --concurrency 16
+done
+stop_proxy
+
+# E. connect -> first DC byte, dc-pool 0 vs 2 (the DC sink must listen before the proxy starts)
+for pool in 0 2; do
+    echo "relay.sh: dc-pool $pool" >&2
+    for _ in $(seq "$REPEAT"); do
+        timeout 120 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "${SECRET[dd]}" \
+            --client dd --workload handshake --concurrency 1 --seconds "$SECONDS_RUN" \
+            --pre-wait 1.5 --proxy-pidfile "$WORK/proxy.pid" --proxy-log "$WORK/proxy.log" \
+            --label "pool=$pool" --csv "$CSV" --quiet &
+        lp=$!
+        sleep 0.3
+        start_proxy --dc-pool "$pool"
+        wait "$lp" || echo "relay.sh: dc-pool run failed" >&2
+        stop_proxy
+    done
+done
+
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "cpus: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "repeat: $REPEAT, seconds per run: $SECONDS_RUN"
+} >"$OUT/relay-info.txt"
+python3 "$ROOT/bench/relay_report.py" "$OUT"
+echo "relay.sh: results in $OUT" >&2
