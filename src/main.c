@@ -266,6 +266,13 @@ int main(int argc, char **argv)
         return EXIT_CONFIG;
     }
     if (check_only) {
+        /* Also the start-time check that needs names resolved: fronting must not loop. */
+        static struct mask_table check_masks;
+        char merr[512];
+        if (mask_table_build(&check_masks, &opt, merr, sizeof merr)) {
+            fprintf(stderr, "%s\nmtproxy: 1 configuration error\n", merr);
+            return EXIT_CONFIG;
+        }
         printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s)\n",
                opt.nlisten, opt.nlisten == 1 ? "" : "es", opt.nsecrets,
                opt.nsecrets == 1 ? "" : "s", opt.ndcs, opt.ndcs == 1 ? "" : "s");
@@ -335,7 +342,8 @@ int main(int argc, char **argv)
             return 1;
         }
         for (int l = 0; l < opt.nlisten; l++) {
-            int fd = sock_listen(&opt.listen[l], opt.backlog, 1, err, sizeof err);
+            int fd = sock_listen(&opt.listen[l], opt.backlog, 1, &pws[i].sockopts, err,
+                                 sizeof err);
             if (fd < 0) {
                 log_error("%s", err);
                 return 1;

@@ -48,9 +48,12 @@ struct sock_opts {
 void sock_tune(int fd, const struct sock_opts *opts);
 
 /* Creates a nonblocking, close-on-exec listening TCP socket with SO_REUSEADDR and, if
- * reuseport, SO_REUSEPORT; IPv6 sockets are v6-only. Returns the fd, or -1 with err. */
-int sock_listen(const struct sock_addr *a, int backlog, int reuseport, char *err,
-                size_t errlen);
+ * reuseport, SO_REUSEPORT; IPv6 sockets are v6-only. opts (may be NULL) is applied before
+ * listen(): accepted sockets inherit it, and buffer sizes must be set before the handshake
+ * advertises a window (set later, a small SO_RCVBUF stalls the peer). Returns the fd, or -1
+ * with err. */
+int sock_listen(const struct sock_addr *a, int backlog, int reuseport,
+                const struct sock_opts *opts, char *err, size_t errlen);
 
 /* Starts a nonblocking connect. Returns the fd (connection in progress or done; the caller
  * waits for writability and checks sock_connect_result), or -1 with errno set. */

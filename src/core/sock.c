@@ -134,8 +134,8 @@ void sock_tune(int fd, const struct sock_opts *o)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &o->rcvbuf, sizeof o->rcvbuf);
 }
 
-int sock_listen(const struct sock_addr *a, int backlog, int reuseport, char *err,
-                size_t errlen)
+int sock_listen(const struct sock_addr *a, int backlog, int reuseport,
+                const struct sock_opts *opts, char *err, size_t errlen)
 {
     char text[SOCK_ADDR_STRLEN];
     sock_addr_format(a, text, sizeof text);
@@ -153,6 +153,8 @@ int sock_listen(const struct sock_addr *a, int backlog, int reuseport, char *err
     }
     if (a->u.sa.sa_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (opts)
+        sock_tune(fd, opts);
     if (bind(fd, &a->u.sa, a->len) < 0 || listen(fd, backlog) < 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", text, strerror(errno));
         close(fd);

@@ -15,7 +15,11 @@
  * Usage: fake_dc --listen ADDR:PORT[,ID[,MODE]] [--listen ...] [--quiet] [--timeout SECONDS]
  *
  * MODE: normal (default) | reset (accept, then RST) | stall (accept, never read or write)
- *       | close (read the 64-byte header, then close cleanly: FIN, drain until the peer's EOF).
+ *       | close (read the 64-byte header, then close cleanly: FIN, drain until the peer's EOF)
+ *       | echo (the mask web server of fronting tests: every byte received is sent back
+ *         unchanged until the peer's EOF, then FIN)
+ *       | idleclose:MS (a DC dropping idle pre-connected sockets: a connection that has sent
+ *         nothing within MS ms is closed with a FIN; one that sends behaves as normal).
  *
  * Output (stdout, one event per line, flushed): READY once every listener is bound, then
  *   ACCEPT listener=ID mode=MODE
@@ -26,6 +30,9 @@
  *   REQ_PQ_MULTI listener=ID tag=ef|ee|dd dc=N nonce=HEX
  *   MTPROTO_BAD listener=ID why=TEXT
  *   CLOSED listener=ID reason=TEXT
+ *   ECHO listener=ID bytes=N end=eof|reset|timeout|error fnv=HEX16 head=HEX
+ *     (at close; fnv = FNV-1a 64 of all bytes received, head = hex of the first 256)
+ *   IDLECLOSE listener=ID ms=MS
  * --quiet keeps only READY and REQ_PQ_MULTI. --timeout (default 120) bounds every wait of
  * a connection for its peer.
  */
@@ -34,13 +41,16 @@
 #define IO_CHUNK 65536
 #define MTP_MAX_PACKET (1 << 20)
 
-enum dc_mode { MODE_NORMAL, MODE_RESET, MODE_STALL, MODE_CLOSE };
-static const char *const mode_names[] = {"normal", "reset", "stall", "close"};
+enum dc_mode { MODE_NORMAL, MODE_RESET, MODE_STALL, MODE_CLOSE, MODE_ECHO, MODE_IDLECLOSE };
+static const char *const mode_names[] = {"normal", "reset", "stall", "close", "echo", "idleclose"};
+#define MODE_COUNT 6
+#define ECHO_HEAD 256
 
 struct listener {
     int fd;
     uint32_t id;
     enum dc_mode mode;
+    int idle_ms; /* idleclose */
 };
 
 struct dc_conn {
@@ -459,6 +469,70 @@ static void run_normal(struct dc_conn *c) {
         run_mtproto(c, first);
 }
 
+/* Echo mode: sends every byte back; logs what it got at the end. */
+static void run_echo(struct dc_conn *c) {
+    uint8_t buf[IO_CHUNK], head[ECHO_HEAD];
+    uint64_t total = 0, fnv = 0xcbf29ce484222325ull;
+    size_t head_len = 0;
+    const char *end = "eof";
+    for (;;) {
+        int w = tn_wait(c->fd, POLLIN, conn_deadline());
+        if (w <= 0) {
+            end = w == 0 ? "timeout" : "error";
+            break;
+        }
+        ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                continue;
+            end = errno == ECONNRESET ? "reset" : "error";
+            break;
+        }
+        for (ssize_t i = 0; i < n; i++)
+            fnv = (fnv ^ buf[i]) * 0x100000001b3ull;
+        size_t k = (size_t)n < ECHO_HEAD - head_len ? (size_t)n : ECHO_HEAD - head_len;
+        memcpy(head + head_len, buf, k);
+        head_len += k;
+        total += (uint64_t)n;
+        enum tn_status st = tn_write_all(c->fd, buf, (size_t)n, conn_deadline());
+        if (st != TN_OK) {
+            end = st == TN_TIMEOUT                        ? "timeout"
+                  : errno == ECONNRESET || errno == EPIPE ? "reset"
+                                                          : "error";
+            break;
+        }
+    }
+    if (strcmp(end, "eof") == 0) {
+        shutdown(c->fd, SHUT_WR);
+        wait_outq_empty(c->fd, 2000);
+    }
+    char hex[2 * ECHO_HEAD + 1];
+    tn_hex(head, head_len, hex);
+    emit(false, "ECHO listener=%u bytes=%llu end=%s fnv=%016llx head=%s", c->l->id,
+         (unsigned long long)total, end, (unsigned long long)fnv, hex);
+}
+
+/* Idleclose mode: returns 1 if the peer sent something within the listener's idle_ms, else
+ * logs IDLECLOSE and returns 0 (the caller closes: FIN). */
+static int idle_wait(struct dc_conn *c) {
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int64_t until = tn_now_ms() + c->l->idle_ms;
+    int r;
+    do
+        r = poll(&pfd, 1, tn_left_ms(until));
+    while (r < 0 && errno == EINTR);
+    if (r > 0)
+        return 1;
+    /* Last look, so a header that arrived as the timer ran out is still served. */
+    char b;
+    if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+        return 1;
+    emit(false, "IDLECLOSE listener=%u ms=%d", c->l->id, c->l->idle_ms);
+    return 0;
+}
+
 static void *conn_main(void *arg) {
     struct dc_conn *c = arg;
     tn_set_nonblock(c->fd);
@@ -474,6 +548,11 @@ static void *conn_main(void *arg) {
         closed(c, r == 0 ? "stall_timeout" : "stall_peer_closed", TN_OK);
     } else if (c->l->mode == MODE_CLOSE || c->l->mode == MODE_NORMAL) {
         run_normal(c);
+    } else if (c->l->mode == MODE_ECHO) {
+        run_echo(c);
+    } else if (c->l->mode == MODE_IDLECLOSE) {
+        if (idle_wait(c))
+            run_normal(c);
     }
     if (c->fd >= 0)
         close(c->fd);
@@ -484,7 +563,8 @@ static void *conn_main(void *arg) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: fake_dc --listen ADDR:PORT[,ID[,normal|reset|stall|close]] "
+    fprintf(stderr, "usage: fake_dc --listen "
+                    "ADDR:PORT[,ID[,normal|reset|stall|close|echo|idleclose:MS]] "
                     "[--listen ...] [--quiet] [--timeout SECONDS]\n");
     exit(2);
 }
@@ -511,9 +591,18 @@ static int parse_listen(const char *arg, struct listener *l) {
         rest = end;
         if (*rest == ',') {
             int found = 0;
-            for (int m = 0; m < 4; m++) {
-                if (strcmp(rest + 1, mode_names[m]) == 0) {
+            for (int m = 0; m < MODE_COUNT; m++) {
+                if (m != MODE_IDLECLOSE && strcmp(rest + 1, mode_names[m]) == 0) {
                     l->mode = (enum dc_mode)m;
+                    found = 1;
+                }
+            }
+            if (strncmp(rest + 1, "idleclose:", 10) == 0) {
+                char *e;
+                long ms = strtol(rest + 11, &e, 10);
+                if (e != rest + 11 && !*e && ms > 0 && ms <= 3600000) {
+                    l->mode = MODE_IDLECLOSE;
+                    l->idle_ms = (int)ms;
                     found = 1;
                 }
             }

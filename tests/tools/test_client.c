@@ -9,6 +9,7 @@
 #include "pattern.h"
 #include "proto/obfs2.h"
 #include "proto/secret.h"
+#include "tlsclient.h"
 #include "toolnet.h"
 
 /*
@@ -16,6 +17,8 @@
  *          --down BYTES [--seed S] [--conns N] [--expect-id ID] [--expect-dc N]
  *          [--close-halfway] [--slow-read BYTES_PER_SEC] [--timeout SECONDS]
  *          [--rst-after-trailer] [--hold SECONDS] [--events] [--direct]
+ *          [--tls-split N] [--tls-records N] [--tls-time-offset SECONDS] [--tls-wrong-key]
+ *          [--tls-sni NAME] [--tls-save-hello FILE] [--tls-replay-hello FILE]
  *
  * Each connection: 64-byte obfuscated2 header keyed with the secret + the test request
  * (pattern.h), the hello (checked), then up and down at once with every byte verified, the
@@ -26,6 +29,19 @@
  * of the tools) talks to fake_dc itself: raw keys, no secret. The last line is
  * one JSON summary; the exit code is 0 iff every connection succeeded. HOST must be a
  * loopback address.
+ *
+ * With an ee secret (ee + key + hex domain) each connection first does the FakeTLS handshake
+ * the way Telegram's clients do (tdlib): a ~1.8 KB ClientHello (GREASE, SNI = the domain or
+ * --tls-sni, a large hybrid key share, ECH, shuffled extensions) signed with HMAC-SHA256 and
+ * stamped with the time (+ --tls-time-offset); --tls-wrong-key signs with another key. The
+ * hello goes out in --tls-split TCP segments, cut into --tls-records TLS records. The answer
+ * must be exactly ServerHello, CCS and one ApplicationData record whose digest checks out;
+ * then the obfuscated2 stream travels in records (CCS first, payloads <= 2878 bytes) and every
+ * record from the proxy must be 17 03 03 with a payload of at most 16384 bytes. If the answer
+ * is our own hello byte for byte (an echoing mask server behind the proxy), the outcome is
+ * "echoed". --tls-save-hello writes connection 0's hello to FILE; --tls-replay-hello sends
+ * FILE instead of a new hello. The summary's "tls" names the outcome: off, server-hello,
+ * echoed, eof, reset, timeout, bad-response, hash-mismatch (or mixed).
  */
 
 #define IO_CHUNK 65536
@@ -51,6 +67,16 @@ struct opts {
     int hold_s;
     bool events;
     bool direct; /* debug: raw keys, no secret, straight to fake_dc */
+    /* FakeTLS (ee secret) */
+    bool tls;
+    int tls_split;        /* TCP segments the hello is sent in */
+    int tls_records;      /* TLS records the hello is cut into */
+    long tls_time_offset; /* seconds added to the hello's timestamp */
+    bool tls_wrong_key;
+    const char *tls_sni; /* server name sent (default: the secret's domain) */
+    const char *save_hello, *replay_hello;
+    uint8_t *replay; /* the hello read from replay_hello */
+    size_t replay_len;
 };
 
 struct result {
@@ -61,7 +87,19 @@ struct result {
     uint64_t up_sent, down_got;
     size_t rx_before_hello;
     int64_t hello_ms;
+    const char *tls;        /* FakeTLS outcome (see the usage comment) */
+    size_t tls_hello_bytes; /* ClientHello bytes sent */
+    uint64_t records_in;    /* records received after the ServerHello */
+    uint32_t max_record;    /* largest record payload received */
     char err[240];
+};
+
+/* One connection's byte stream: raw, or inside FakeTLS records once the handshake is done. */
+struct link {
+    int fd;
+    bool tls;
+    bool ccs_pending; /* the first record we send is preceded by a CCS, as tdlib does */
+    struct tlsc_in in;
 };
 
 struct conn_ctx {
@@ -99,6 +137,112 @@ static const char *io_what(enum tn_status st, int err) {
     if (st == TN_ERR)
         return err == ECONNRESET || err == EPIPE ? "reset" : strerror(err);
     return tn_status_name(st);
+}
+
+/* Like recv() on the stream's payload. In TLS mode a read that brought only record headers
+ * fails with EAGAIN, an illegal record with EPROTO (lk->in.why says which). Never returns more
+ * than cap payload bytes, and never reads more raw bytes than cap: no payload is read ahead. */
+static ssize_t link_recv(struct link *lk, uint8_t *buf, size_t cap) {
+    ssize_t n = recv(lk->fd, buf, cap, 0);
+    if (n <= 0 || !lk->tls)
+        return n;
+    size_t m = 0;
+    if (tlsc_in_feed(&lk->in, buf, (size_t)n, &m) != 0) {
+        errno = EPROTO;
+        return -1;
+    }
+    if (m == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return (ssize_t)m;
+}
+
+/* What went wrong with a link operation, for messages. */
+static const char *link_what(const struct link *lk, enum tn_status st, int err) {
+    if (st == TN_ERR && err == EPROTO && lk->in.bad)
+        return lk->in.why;
+    return io_what(st, err);
+}
+
+static enum tn_status link_read_full(struct link *lk, uint8_t *buf, size_t n, int64_t deadline,
+                                     size_t *got) {
+    size_t done = 0;
+    enum tn_status st = TN_OK;
+    while (done < n) {
+        ssize_t r = link_recv(lk, buf + done, n - done);
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r == 0) {
+            st = TN_EOF;
+            break;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            st = TN_ERR;
+            break;
+        }
+        int w = tn_wait(lk->fd, POLLIN, deadline);
+        if (w <= 0) {
+            st = w < 0 ? TN_ERR : TN_TIMEOUT;
+            break;
+        }
+    }
+    if (got)
+        *got = done;
+    return st;
+}
+
+static enum tn_status link_write_all(struct link *lk, const uint8_t *buf, size_t n,
+                                     int64_t deadline) {
+    if (!lk->tls)
+        return tn_write_all(lk->fd, buf, n, deadline);
+    uint8_t *framed = malloc(tlsc_framed_len(n));
+    if (!framed) {
+        errno = ENOMEM;
+        return TN_ERR;
+    }
+    size_t len = tlsc_frame(buf, n, &lk->ccs_pending, framed);
+    enum tn_status st = tn_write_all(lk->fd, framed, len, deadline);
+    free(framed);
+    return st;
+}
+
+/* Payload bytes until EOF; EOF inside a record counts as an error (EPROTO). */
+static enum tn_status link_drain_to_eof(struct link *lk, int64_t deadline, size_t *extra) {
+    uint8_t buf[4096];
+    size_t total = 0;
+    enum tn_status st;
+    for (;;) {
+        ssize_t r = link_recv(lk, buf, sizeof(buf));
+        if (r > 0) {
+            total += (size_t)r;
+            continue;
+        }
+        if (r == 0) {
+            st = TN_EOF;
+            if (lk->tls && (lk->in.hdr_len || lk->in.left) && !lk->in.bad) {
+                snprintf(lk->in.why, sizeof(lk->in.why), "eof inside a TLS record");
+                lk->in.bad = true;
+                errno = EPROTO;
+                st = TN_ERR;
+            }
+            break;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            st = TN_ERR;
+            break;
+        }
+        int w = tn_wait(lk->fd, POLLIN, deadline);
+        if (w <= 0) {
+            st = w < 0 ? TN_ERR : TN_TIMEOUT;
+            break;
+        }
+    }
+    if (extra)
+        *extra = total;
+    return st;
 }
 
 static void event(const char *fmt, ...) {
@@ -171,25 +315,30 @@ static int hold(int fd, int64_t hold_ms, int64_t deadline, struct result *r) {
 }
 
 /* Sends up and receives down at once. Returns 0, 1 after a deliberate half-way close,
- * or -1 on failure. */
-static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct crypto_ctr *dec,
-                    uint32_t seed, int64_t deadline, struct result *r) {
+ * or -1 on failure. In TLS mode the up bytes go out in records and r->up_sent counts payload
+ * bytes of chunks fully written. */
+static int transfer(const struct opts *o, struct link *lk, struct crypto_ctr *enc,
+                    struct crypto_ctr *dec, uint32_t seed, int64_t deadline, struct result *r) {
     struct pattern pup, pdown;
     pattern_init(&pup, seed, TP_DIR_UP);
     pattern_init(&pdown, seed, TP_DIR_DOWN);
-    uint8_t *sbuf = malloc(IO_CHUNK), *rbuf = malloc(IO_CHUNK);
+    int fd = lk->fd;
+    /* In TLS mode a chunk is 20 full client records; framed it still fits in IO_CHUNK. */
+    size_t chunk_max = lk->tls ? 20 * TLSC_CLIENT_RECORD : IO_CHUNK;
+    uint8_t *sbuf = malloc(IO_CHUNK), *rbuf = malloc(IO_CHUNK), *pbuf = malloc(IO_CHUNK);
     int rc = -1;
-    if (!sbuf || !rbuf) {
+    if (!sbuf || !rbuf || !pbuf) {
         fail(r, "malloc");
         goto out;
     }
     uint64_t up_limit = o->close_halfway ? o->up / 2 : o->up;
     uint64_t queued = 0; /* up bytes generated so far */
-    size_t slen = 0, soff = 0;
+    size_t slen = 0, soff = 0, chunk = 0;
     int64_t t0 = tn_now_ms();
     for (;;) {
         if (o->close_halfway && r->up_sent >= up_limit) {
             tn_close_rst(fd);
+            lk->fd = -1;
             rc = 1;
             goto out;
         }
@@ -197,10 +346,17 @@ static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct
             break;
         if (soff == slen && queued < up_limit) {
             uint64_t left = up_limit - queued;
-            slen = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
-            pattern_fill(&pup, sbuf, slen);
-            crypto_ctr_apply(enc, sbuf, sbuf, slen);
-            queued += slen;
+            chunk = left < chunk_max ? (size_t)left : chunk_max;
+            if (lk->tls) {
+                pattern_fill(&pup, pbuf, chunk);
+                crypto_ctr_apply(enc, pbuf, pbuf, chunk);
+                slen = tlsc_frame(pbuf, chunk, &lk->ccs_pending, sbuf);
+            } else {
+                slen = chunk;
+                pattern_fill(&pup, sbuf, slen);
+                crypto_ctr_apply(enc, sbuf, sbuf, slen);
+            }
+            queued += chunk;
             soff = 0;
         }
         size_t can_read = 0;
@@ -247,7 +403,7 @@ static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct
             goto out;
         }
         if ((pfd.revents & (POLLIN | POLLHUP)) && can_read) {
-            ssize_t got = recv(fd, rbuf, can_read, 0);
+            ssize_t got = link_recv(lk, rbuf, can_read);
             if (got == 0) {
                 fail(r, "transfer: eof (up %" PRIu64 "/%" PRIu64 ", down %" PRIu64 "/%" PRIu64 ")",
                      r->up_sent, o->up, r->down_got, o->down);
@@ -255,7 +411,7 @@ static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct
             }
             if (got < 0 && errno != EAGAIN && errno != EINTR) {
                 fail(r, "transfer: %s (up %" PRIu64 "/%" PRIu64 ", down %" PRIu64 "/%" PRIu64 ")",
-                     io_what(TN_ERR, errno), r->up_sent, o->up, r->down_got, o->down);
+                     link_what(lk, TN_ERR, errno), r->up_sent, o->up, r->down_got, o->down);
                 goto out;
             }
             if (got > 0) {
@@ -272,7 +428,10 @@ static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct
             ssize_t w = send(fd, sbuf + soff, slen - soff, MSG_NOSIGNAL);
             if (w > 0) {
                 soff += (size_t)w;
-                r->up_sent += (uint64_t)w;
+                if (!lk->tls)
+                    r->up_sent += (uint64_t)w;
+                else if (soff == slen)
+                    r->up_sent += chunk;
             } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
                 fail(r, "transfer: send %s (up %" PRIu64 "/%" PRIu64 ")", io_what(TN_ERR, errno),
                      r->up_sent, o->up);
@@ -284,7 +443,145 @@ static int transfer(const struct opts *o, int fd, struct crypto_ctr *enc, struct
 out:
     free(sbuf);
     free(rbuf);
+    free(pbuf);
     return rc;
+}
+
+/* Names the answer to a hello that was not a ServerHello: our own bytes echoed back (a mask
+ * server behind the proxy), or something else. have[0..hlen) was read already. */
+static const char *tls_classify_other(int fd, const uint8_t *hello, size_t len, uint8_t *have,
+                                      size_t hlen, int64_t deadline, struct result *r) {
+    if (memcmp(have, hello, hlen) != 0) {
+        fail(r, "tls: answer is neither a ServerHello nor our hello echoed");
+        return "bad-response";
+    }
+    uint8_t *rest = malloc(len);
+    size_t got = 0;
+    if (!rest) {
+        fail(r, "malloc");
+        return "bad-response";
+    }
+    enum tn_status st = tn_read_full(fd, rest, len - hlen, deadline, &got);
+    bool same = memcmp(rest, hello + hlen, got) == 0;
+    free(rest);
+    if (st != TN_OK || !same) {
+        fail(r, "tls: %zu of %zu hello bytes echoed, then %s", hlen + got, len,
+             same ? io_what(st, errno) : "different bytes");
+        return "bad-response";
+    }
+    fail(r, "tls: the hello came back unchanged (fronted to the mask server)");
+    return "echoed";
+}
+
+/* The FakeTLS handshake: sends the ClientHello, reads and checks the answer. On success lk is
+ * in TLS mode and 0 is returned; else r->tls names the outcome and -1 is returned. */
+static int tls_handshake(struct conn_ctx *cx, struct link *lk, int64_t deadline) {
+    const struct opts *o = cx->o;
+    struct result *r = &cx->r;
+    uint8_t one[TLSC_HELLO_MAX], cut[TLSC_HELLO_MAX + 5 * 64];
+    const uint8_t *hello = one;
+    size_t len;
+    r->tls = "bad-response";
+    if (o->replay) {
+        hello = o->replay;
+        len = o->replay_len;
+    } else {
+        uint8_t key[SECRET_KEY_LEN];
+        memcpy(key, o->secret.key, sizeof(key));
+        if (o->tls_wrong_key)
+            for (size_t i = 0; i < sizeof(key); i++)
+                key[i] ^= 0x5a;
+        uint32_t now = (uint32_t)((int64_t)time(NULL) + o->tls_time_offset);
+        len = tlsc_build_hello(one, sizeof(one), key, o->tls_sni ? o->tls_sni : o->secret.domain,
+                               now);
+        if (len == 0) {
+            fail(r, "tls: cannot build the hello");
+            return -1;
+        }
+        if (o->tls_records > 1) {
+            len = tlsc_cut_hello(one, len, o->tls_records, cut, sizeof(cut));
+            if (len == 0) {
+                fail(r, "tls: cannot cut the hello into %d records", o->tls_records);
+                return -1;
+            }
+            hello = cut;
+        }
+    }
+    if (len < TLSC_RANDOM_OFF + 32) {
+        fail(r, "tls: hello of %zu bytes is too short", len);
+        return -1;
+    }
+    if (o->save_hello && cx->index == 0) {
+        FILE *f = fopen(o->save_hello, "wb");
+        if (!f || fwrite(hello, 1, len, f) != len || fclose(f) != 0) {
+            fail(r, "tls: cannot write %s", o->save_hello);
+            return -1;
+        }
+    }
+    uint8_t client_random[32];
+    memcpy(client_random, hello + TLSC_RANDOM_OFF, 32);
+    r->tls_hello_bytes = len;
+    /* In split TCP segments, each pushed out on its own (TCP_NODELAY) after a short pause. */
+    int parts = o->tls_split > 1 ? o->tls_split : 1;
+    for (int i = 0, off = 0; i < parts; i++) {
+        size_t n = len / (size_t)parts + ((size_t)i < len % (size_t)parts ? 1 : 0);
+        if (i > 0)
+            usleep(30000);
+        enum tn_status st = tn_write_all(lk->fd, hello + off, n, deadline);
+        if (st != TN_OK) {
+            fail(r, "tls: hello write %s", io_what(st, errno));
+            r->tls = st == TN_TIMEOUT ? "timeout" : "reset";
+            return -1;
+        }
+        off += (int)n;
+    }
+    /* The answer: 16 03 03 LLLL <ServerHello> 14 03 03 00 01 01 17 03 03 LLLL <data>. A real
+     * ServerHello is ~130 bytes and the fake data at most one record. */
+    enum { SH_MAX = 2048, APP_MAX = 16640 };
+    uint8_t resp[5 + SH_MAX + 11 + APP_MAX];
+    size_t have = 0, got = 0, total = 5;
+    enum tn_status st = tn_read_full(lk->fd, resp, 5, deadline, &got);
+    have = got;
+    if (st == TN_OK && memcmp(resp, "\x16\x03\x03", 3) != 0) {
+        r->tls = tls_classify_other(lk->fd, hello, len, resp, 5, deadline, r);
+        return -1;
+    }
+    size_t sh = 5 + ((size_t)resp[3] << 8 | resp[4]);
+    if (st == TN_OK && sh > 5 + SH_MAX) {
+        fail(r, "tls: ServerHello record of %zu bytes", sh - 5);
+        return -1;
+    }
+    if (st == TN_OK) {
+        total = sh + 11;
+        st = tn_read_full(lk->fd, resp + have, total - have, deadline, &got);
+        have += got;
+    }
+    if (st == TN_OK) {
+        size_t app = (size_t)resp[sh + 9] << 8 | resp[sh + 10];
+        if (app > APP_MAX) {
+            fail(r, "tls: ApplicationData record of %zu bytes", app);
+            return -1;
+        }
+        total = sh + 11 + app;
+        st = tn_read_full(lk->fd, resp + have, total - have, deadline, &got);
+        have += got;
+    }
+    if (st != TN_OK) {
+        if (have == 0)
+            r->tls = st == TN_EOF ? "eof" : st == TN_TIMEOUT ? "timeout" : "reset";
+        fail(r, "tls: %s after %zu of %zu answer bytes", io_what(st, errno), have, total);
+        return -1;
+    }
+    char why[120];
+    if (tlsc_check_server_hello(resp, total, o->secret.key, client_random, why, sizeof(why))) {
+        r->tls = strstr(why, "digest") ? "hash-mismatch" : "bad-response";
+        fail(r, "tls: %s", why);
+        return -1;
+    }
+    r->tls = "server-hello";
+    lk->tls = true;
+    lk->ccs_pending = true;
+    return 0;
 }
 
 static void session(struct conn_ctx *cx) {
@@ -294,17 +591,20 @@ static void session(struct conn_ctx *cx) {
     int64_t deadline = t0 + (int64_t)o->timeout_s * 1000;
     uint32_t seed = o->seed + (uint32_t)cx->index;
     struct crypto_ctr *enc = crypto_ctr_new(), *dec = crypto_ctr_new();
-    int fd = -1;
+    struct link lk = {.fd = -1};
+    r->tls = "off";
     if (!enc || !dec) {
         fail(r, "crypto_ctr_new");
         goto out;
     }
-    fd = connect_to(o, deadline, r);
-    if (fd < 0)
+    lk.fd = connect_to(o, deadline, r);
+    if (lk.fd < 0)
         goto out;
     if (o->events)
         event("{\"event\":\"connected\",\"conn\":%d,\"ms\":%" PRId64 "}", cx->index,
               tn_now_ms() - t_start);
+    if (o->tls && tls_handshake(cx, &lk, deadline) != 0)
+        goto out;
 
     uint8_t plain[OBFS2_HDR_LEN], out[OBFS2_HDR_LEN + TP_REQ_LEN];
     struct obfs2_keys k;
@@ -327,17 +627,17 @@ static void session(struct conn_ctx *cx) {
     tp_put32(req + 28, seed);
     tp_put32(req + 32, (o->rst_after_trailer ? TP_FLAG_RST : 0) | (o->hold_s ? TP_FLAG_GO : 0));
     crypto_ctr_apply(enc, req, req, TP_REQ_LEN);
-    enum tn_status st = tn_write_all(fd, out, sizeof(out), deadline);
+    enum tn_status st = link_write_all(&lk, out, sizeof(out), deadline);
     if (st != TN_OK) {
         fail(r, "header: write %s", io_what(st, errno));
         goto out;
     }
 
     uint8_t hello[TP_HELLO_LEN];
-    st = tn_read_full(fd, hello, sizeof(hello), deadline, &r->rx_before_hello);
+    st = link_read_full(&lk, hello, sizeof(hello), deadline, &r->rx_before_hello);
     if (st != TN_OK) {
-        fail(r, "hello: %s after %zu bytes, %" PRId64 " ms", io_what(st, errno), r->rx_before_hello,
-             tn_now_ms() - t0);
+        fail(r, "hello: %s after %zu bytes, %" PRId64 " ms", link_what(&lk, st, errno),
+             r->rx_before_hello, tn_now_ms() - t0);
         goto out;
     }
     crypto_ctr_apply(dec, hello, hello, sizeof(hello));
@@ -367,21 +667,20 @@ static void session(struct conn_ctx *cx) {
         goto out;
     }
     if (o->hold_s > 0) {
-        if (hold(fd, (int64_t)o->hold_s * 1000, deadline, r) != 0)
+        if (hold(lk.fd, (int64_t)o->hold_s * 1000, deadline, r) != 0)
             goto out;
         uint8_t go = 'G';
         crypto_ctr_apply(enc, &go, &go, 1);
-        st = tn_write_all(fd, &go, 1, deadline);
+        st = link_write_all(&lk, &go, 1, deadline);
         if (st != TN_OK) {
             fail(r, "go: write %s", io_what(st, errno));
             goto out;
         }
     }
 
-    int rc = transfer(o, fd, enc, dec, seed, deadline, r);
+    int rc = transfer(o, &lk, enc, dec, seed, deadline, r);
     if (rc == 1) {
-        fd = -1; /* closed with RST half-way, as asked */
-        r->ok = true;
+        r->ok = true; /* closed with RST half-way, as asked */
         goto out;
     }
     if (rc != 0)
@@ -389,13 +688,13 @@ static void session(struct conn_ctx *cx) {
 
     uint8_t done[TP_DONE_LEN];
     size_t got = 0;
-    st = tn_read_full(fd, done, sizeof(done), deadline, &got);
+    st = link_read_full(&lk, done, sizeof(done), deadline, &got);
     if (st != TN_OK) {
-        if (o->rst_after_trailer && got == 0 && st != TN_TIMEOUT) {
+        if (o->rst_after_trailer && got == 0 && st != TN_TIMEOUT && !lk.in.bad) {
             r->ok = true; /* the DC's RST may overtake its trailer inside the proxy */
             goto out;
         }
-        fail(r, "trailer: %s after %zu bytes", io_what(st, errno), got);
+        fail(r, "trailer: %s after %zu bytes", link_what(&lk, st, errno), got);
         goto out;
     }
     crypto_ctr_apply(dec, done, done, sizeof(done));
@@ -412,16 +711,21 @@ static void session(struct conn_ctx *cx) {
     }
     size_t extra = 0;
     if (o->rst_after_trailer) {
-        st = tn_drain_to_eof(fd, deadline, &extra);
+        st = link_drain_to_eof(&lk, deadline, &extra);
         if (st == TN_TIMEOUT) {
             fail(r, "close: proxy kept the connection open after the DC reset");
             goto out;
         }
+        if (lk.in.bad) {
+            fail(r, "close: %s", lk.in.why);
+            goto out;
+        }
     } else {
-        shutdown(fd, SHUT_WR);
-        st = tn_drain_to_eof(fd, deadline, &extra);
+        shutdown(lk.fd, SHUT_WR);
+        st = link_drain_to_eof(&lk, deadline, &extra);
         if (st != TN_EOF) {
-            fail(r, "close: %s instead of a clean EOF after the trailer", io_what(st, errno));
+            fail(r, "close: %s instead of a clean EOF after the trailer",
+                 link_what(&lk, st, errno));
             goto out;
         }
     }
@@ -431,8 +735,10 @@ static void session(struct conn_ctx *cx) {
     }
     r->ok = true;
 out:
-    if (fd >= 0)
-        close(fd);
+    r->records_in = lk.in.records;
+    r->max_record = lk.in.max_payload;
+    if (lk.fd >= 0)
+        close(lk.fd);
     crypto_ctr_free(enc);
     crypto_ctr_free(dec);
 }
@@ -447,7 +753,9 @@ static void usage(void) {
             "usage: test_client --proxy HOST:PORT --secret SECRET --tag ef|ee|dd --dc N "
             "--up BYTES --down BYTES [--seed S] [--conns N] [--expect-id ID] [--expect-dc N] "
             "[--close-halfway] [--slow-read BPS] [--timeout S] [--rst-after-trailer] "
-            "[--hold S] [--events] [--direct]\n");
+            "[--hold S] [--events] [--direct] [--tls-split N] [--tls-records N] "
+            "[--tls-time-offset S] [--tls-wrong-key] [--tls-sni NAME] [--tls-save-hello FILE] "
+            "[--tls-replay-hello FILE]\n");
     exit(2);
 }
 
@@ -502,6 +810,8 @@ int main(int argc, char **argv) {
             o.events = true;
         } else if (strcmp(a, "--direct") == 0) {
             o.direct = true;
+        } else if (strcmp(a, "--tls-wrong-key") == 0) {
+            o.tls_wrong_key = true;
         } else if (!v) {
             usage();
         } else {
@@ -544,6 +854,18 @@ int main(int argc, char **argv) {
                 o.timeout_s = (int)parse_long(v, "timeout", 1, 3600);
             else if (strcmp(a, "--hold") == 0)
                 o.hold_s = (int)parse_long(v, "hold", 0, 3600);
+            else if (strcmp(a, "--tls-split") == 0)
+                o.tls_split = (int)parse_long(v, "tls-split", 1, 1000);
+            else if (strcmp(a, "--tls-records") == 0)
+                o.tls_records = (int)parse_long(v, "tls-records", 1, 64);
+            else if (strcmp(a, "--tls-time-offset") == 0)
+                o.tls_time_offset = parse_long(v, "tls-time-offset", -100000000, 100000000);
+            else if (strcmp(a, "--tls-sni") == 0)
+                o.tls_sni = v;
+            else if (strcmp(a, "--tls-save-hello") == 0)
+                o.save_hello = v;
+            else if (strcmp(a, "--tls-replay-hello") == 0)
+                o.replay_hello = v;
             else
                 usage();
         }
@@ -563,6 +885,22 @@ int main(int argc, char **argv) {
     }
     if (!have_seed && crypto_random(&o.seed, sizeof(o.seed)) != 0)
         return 2;
+    o.tls = o.secret.kind == SECRET_EE && !o.direct;
+    if (!o.tls && (o.tls_split || o.tls_records || o.tls_time_offset || o.tls_wrong_key ||
+                   o.tls_sni || o.save_hello || o.replay_hello)) {
+        fprintf(stderr, "test_client: --tls-* options need an ee secret\n");
+        return 2;
+    }
+    if (o.replay_hello) {
+        FILE *f = fopen(o.replay_hello, "rb");
+        o.replay = malloc(TLSC_HELLO_MAX * 4);
+        if (!f || !o.replay) {
+            fprintf(stderr, "test_client: cannot read %s\n", o.replay_hello);
+            return 2;
+        }
+        o.replay_len = fread(o.replay, 1, TLSC_HELLO_MAX * 4, f);
+        fclose(f);
+    }
 
     struct conn_ctx *cx = calloc((size_t)o.conns, sizeof(*cx));
     pthread_t *th = calloc((size_t)o.conns, sizeof(*th));
@@ -593,10 +931,18 @@ int main(int argc, char **argv) {
 
     uint64_t up_total = 0, down_total = 0;
     size_t rx_before_hello = 0;
+    uint64_t records_in = 0;
+    uint32_t max_record = 0;
+    const char *tls = cx[0].r.tls ? cx[0].r.tls : "off";
     for (int i = 0; i < o.conns; i++) {
         up_total += cx[i].r.up_sent;
         down_total += cx[i].r.down_got;
         rx_before_hello += cx[i].r.rx_before_hello;
+        records_in += cx[i].r.records_in;
+        if (cx[i].r.max_record > max_record)
+            max_record = cx[i].r.max_record;
+        if (!cx[i].r.tls || strcmp(cx[i].r.tls, tls) != 0)
+            tls = "mixed";
     }
     pthread_mutex_lock(&out_lock);
     printf("{\"ok\":%s,\"conns\":%d,\"failed\":%d,\"hellos\":%d,\"seed\":%u,"
@@ -604,6 +950,8 @@ int main(int argc, char **argv) {
            ",\"down_total\":%" PRIu64 ",\"rx_before_hello\":%zu,\"seconds\":%.3f,",
            failed == 0 ? "true" : "false", o.conns, failed, hellos, o.seed, o.up, o.down, up_total,
            down_total, rx_before_hello, secs);
+    printf("\"tls\":\"%s\",\"hello_bytes\":%zu,\"records_in\":%" PRIu64 ",\"max_record\":%u,", tls,
+           cx[0].r.tls_hello_bytes, records_in, max_record);
     /* Distinct hello fields seen (listener ids, dc fields), for routing checks. */
     printf("\"ids\":[");
     int n = 0;
@@ -644,5 +992,6 @@ int main(int argc, char **argv) {
     pthread_attr_destroy(&attr);
     free(cx);
     free(th);
+    free(o.replay);
     return failed == 0 ? 0 : 1;
 }
