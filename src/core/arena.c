@@ -163,9 +163,13 @@ void *pool_get(struct pool *p)
     size_t n = POOL_CHUNK_OBJS;
     if (p->max_objs && p->max_objs - p->allocated < n)
         n = p->max_objs - p->allocated;
-    struct pool_chunk *c = calloc(1, sizeof *c + n * p->obj_size);
-    if (!c)
+    /* calloc only promises max_align_t (8 bytes on 32-bit ARM): objects are 16-aligned. */
+    void *mem = NULL;
+    size_t bytes = sizeof(struct pool_chunk) + n * p->obj_size;
+    if (posix_memalign(&mem, 16, bytes) != 0)
         return NULL;
+    memset(mem, 0, bytes);
+    struct pool_chunk *c = mem;
     c->count = n;
     c->next = p->chunks;
     p->chunks = c;
