@@ -60,7 +60,10 @@ void conn_check_accept(struct proxy_worker *pw)
 int conn_close(struct conn *c, enum conn_reason r)
 {
     struct proxy_worker *pw = c->pw;
-    enum log_level lvl = (r == CR_DONE || r == CR_CLIENT_CLOSED || r == CR_SHUTDOWN)
+    /* Normal ends, and connections that closed before saying anything (health checks, port
+     * scanners), are debug; the rest are worth an operator's eye. */
+    enum log_level lvl = (r == CR_DONE || r == CR_CLIENT_CLOSED || r == CR_SHUTDOWN ||
+                          (r == CR_CLIENT_EARLY_EOF && c->hdr_len == 0))
                              ? LOG_LVL_DEBUG
                              : LOG_LVL_INFO;
     if (log_enabled(lvl)) {

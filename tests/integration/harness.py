@@ -12,14 +12,21 @@ import time
 
 import pytest
 
-HANDSHAKE_TIMEOUT_S = 1.0
-CONNECT_TIMEOUT_S = 1.0
 
 # MTPROXY_WRAPPER (e.g. "valgrind ...", set by tests/valgrind.sh) is put in front of every
 # mtproxy command. SLOW scales every upper time bound and wait (never a lower bound) for
 # slowed-down builds: MTPROXY_SLOW if set, else 4 under a wrapper, else 1.
 WRAPPER = shlex.split(os.environ.get("MTPROXY_WRAPPER", ""))
-SLOW = float(os.environ.get("MTPROXY_SLOW") or (4.0 if WRAPPER else 1.0))
+# MTPROXY_EMULATOR (e.g. "qemu-arm-static -L /usr/arm-linux-gnueabihf", set by
+# packaging/cross/run.sh) is put in front of every binary built for another architecture:
+# mtproxy, fake_dc and test_client.
+EMULATOR = shlex.split(os.environ.get("MTPROXY_EMULATOR", ""))
+SLOW = float(os.environ.get("MTPROXY_SLOW") or (4.0 if WRAPPER or EMULATOR else 1.0))
+
+# The proxy's own handshake and connect timeouts: longer under an emulator, where a loaded
+# machine can take more than a second to run a handshake.
+HANDSHAKE_TIMEOUT_S = 1.0 * (SLOW if EMULATOR else 1.0)
+CONNECT_TIMEOUT_S = 1.0 * (SLOW if EMULATOR else 1.0)
 
 
 def T(seconds):
@@ -29,7 +36,7 @@ def T(seconds):
 
 def mtproxy_argv(bins, *args):
     """The command line that runs mtproxy with args (behind MTPROXY_WRAPPER, if any)."""
-    return WRAPPER + [bins["mtproxy"]] + [str(a) for a in args]
+    return EMULATOR + WRAPPER + [bins["mtproxy"]] + [str(a) for a in args]
 
 # Relay configurations the data-path tests run under (extra mtproxy arguments).
 MODES = {
@@ -211,7 +218,7 @@ class FakeDC(Proc):
     def __init__(self, bins, workdir, listeners, name="fake_dc", ports=None):
         ports = ports or free_ports(len(listeners))
         self.port = {}
-        argv = [bins["fake_dc"]]
+        argv = EMULATOR + [bins["fake_dc"]]
         for (lid, mode), port in zip(listeners, ports):
             argv += ["--listen", f"127.0.0.1:{port},{lid},{mode}"]
             self.port[lid] = port
@@ -403,7 +410,7 @@ def client_argv(bins, proxy, secret, tag, dc, up, down, *extra):
         extra[i] = str(int(T(float(extra[i])) + 0.999))
     elif SLOW != 1.0:
         extra += ["--timeout", str(int(T(30)))]
-    return [bins["test_client"], "--proxy", addr, "--secret", secret, "--tag", tag,
+    return EMULATOR + [bins["test_client"], "--proxy", addr, "--secret", secret, "--tag", tag,
             "--dc", str(dc), "--up", str(up), "--down", str(down)] + extra
 
 
