@@ -43,6 +43,17 @@ static void usage(FILE *f)
             MTPROXY_VERSION, help);
 }
 
+/* Draws a new 16-byte key. A plain secret is redrawn while its hex starts with dd or ee:
+ * some clients (Telethon among them) read such a prefix as a secret kind. Returns 0 or -1. */
+static int draw_key(struct secret *s)
+{
+    do {
+        if (crypto_random(s->key, sizeof s->key))
+            return -1;
+    } while (s->kind == SECRET_PLAIN && (s->key[0] == 0xdd || s->key[0] == 0xee));
+    return 0;
+}
+
 static int generate_secret(int argc, char **argv)
 {
     struct secret s = {.kind = SECRET_PLAIN};
@@ -59,7 +70,7 @@ static int generate_secret(int argc, char **argv)
         }
     }
     char hex[SECRET_HEX_MAX + 1], err[256];
-    if (crypto_random(s.key, sizeof s.key)) {
+    if (draw_key(&s)) {
         fprintf(stderr, "mtproxy: no random source\n");
         return 1;
     }
@@ -81,7 +92,7 @@ static int ensure_secret(struct options *o, char *err, size_t errlen)
         return rc < 0 ? -1 : 0;
     struct secret s = {.kind = SECRET_PLAIN};
     snprintf(s.name, sizeof s.name, "default");
-    if (crypto_random(s.key, sizeof s.key)) {
+    if (draw_key(&s)) {
         snprintf(err, errlen, "no random source");
         return -1;
     }

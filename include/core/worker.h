@@ -46,6 +46,7 @@ struct worker {
     int nlisteners;
     int paused;           /* listeners stopped because the owner is full */
     ev_timer fd_retry;    /* listeners stopped after EMFILE/ENFILE; retried on this timer */
+    ev_tstamp last_fd_warn;
     ev_async wake;
     _Atomic int stop_requested;
     _Atomic int cmd_pending;
@@ -81,6 +82,10 @@ void worker_post(struct worker *w, int cmd);
 
 /* Waits for the thread to end and frees the loop and listeners. */
 void worker_join(struct worker *w);
+
+/* In the worker thread: out of descriptors or memory (err): stop accepting for a short
+ * while (new clients wait in the backlog), then retry. */
+void worker_backoff_accept(struct worker *w, int err);
 
 /* In the worker thread: stop / resume accepting because the owner is full. */
 void worker_pause_accept(struct worker *w);

@@ -108,6 +108,7 @@ struct conn {
     uint32_t hlen, hcap;
     struct faketls_deframer defr; /* tls: client records -> payload */
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
+    uint16_t fd_waits;         /* 100 ms waits for a free descriptor to connect upstream */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 

@@ -45,14 +45,8 @@ static void on_listen(struct ev_loop *loop, ev_io *io, int revents)
         if (errno == EINTR || errno == ECONNABORTED)
             continue;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            /* Out of descriptors or memory: live connections keep running; new ones wait in
-             * the backlog until the retry timer fires. */
             WORKER_STAT_INC(&w->stats.accept_fd_limit);
-            log_warn("worker %d: accept: %s; pausing accept for %.0f ms", w->id,
-                     strerror(errno), WORKER_FD_RETRY_S * 1000);
-            listeners_set(w, 0);
-            ev_timer_set(&w->fd_retry, WORKER_FD_RETRY_S, 0);
-            ev_timer_start(loop, &w->fd_retry);
+            worker_backoff_accept(w, errno);
             return;
         }
         WORKER_STAT_INC(&w->stats.accept_errors);
@@ -160,6 +154,23 @@ void worker_join(struct worker *w)
     if (w->loop)
         ev_loop_destroy(w->loop);
     w->loop = NULL;
+}
+
+void worker_backoff_accept(struct worker *w, int err)
+{
+    /* Out of descriptors or memory: live connections keep running; new ones wait in the
+     * backlog until the retry timer fires. Warned at most every 10 s. */
+    ev_tstamp now = ev_now(w->loop);
+    if (now - w->last_fd_warn >= 10) {
+        w->last_fd_warn = now;
+        log_warn("worker %d: %s; pausing accept (retried every %.0f ms)", w->id, strerror(err),
+                 WORKER_FD_RETRY_S * 1000);
+    }
+    listeners_set(w, 0);
+    if (!ev_is_active(&w->fd_retry)) {
+        ev_timer_set(&w->fd_retry, WORKER_FD_RETRY_S, 0);
+        ev_timer_start(w->loop, &w->fd_retry);
+    }
 }
 
 void worker_pause_accept(struct worker *w)

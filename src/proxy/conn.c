@@ -131,6 +131,18 @@ static int dc_connect_next(struct conn *c)
     while (c->dc_try < c->dc_count) {
         const struct sock_addr *a = target_addr(c, c->dc_try++);
         int fd = sock_connect(a, &pw->sockopts);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+            /* Out of descriptors: not this address's fault. The client waits (and new ones
+             * wait in the backlog) until one frees, within the connect timeout. */
+            c->dc_try--;
+            worker_backoff_accept(pw->w, errno);
+            if (++c->fd_waits * 100u > pw->opt->connect_timeout_ms) {
+                STAT_INC(&pw->stats.dc_connect_fails);
+                break;
+            }
+            timer_arm(c, 0.1);
+            return 0;
+        }
         if (fd < 0) {
             STAT_INC(&pw->stats.dc_connect_fails);
             log_attempt(c, a, errno);
@@ -163,8 +175,28 @@ static int dc_retry(struct conn *c, int err)
 static int dc_established(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    if (c->mode == CONN_MODE_MTPROTO)
+    if (c->mode == CONN_MODE_MTPROTO) {
         STAT_INC(&pw->stats.dc_connects);
+        /* Our 64-byte header goes first, straight from the connection, so a client is never
+         * dropped for want of a buffer block (a fresh socket takes it whole; the rest of a
+         * short write goes to the head of the queue, before any early client bytes). */
+        ssize_t w = send(c->dc.fd, c->hdr, OBFS2_HDR_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return conn_close(c, CR_DC_CLOSED);
+        if (w < OBFS2_HDR_LEN) {
+            size_t done = w > 0 ? (size_t)w : 0;
+            struct arena_block *b = arena_get(&pw->arena);
+            if (!b)
+                return conn_close(c, CR_NO_MEMORY);
+            memcpy(b->data, c->hdr + done, OBFS2_HDR_LEN - done);
+            b->end = (uint32_t)(OBFS2_HDR_LEN - done);
+            b->next = c->dc.qhead;
+            c->dc.qhead = b;
+            if (!c->dc.qtail)
+                c->dc.qtail = b;
+            c->dc.queued += b->end;
+        }
+    }
     if (pw->opt->buffers && relay_reserve(c))
         return conn_close(c, CR_NO_MEMORY);
     c->state = CS_RELAY;
@@ -327,13 +359,14 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         return;
     }
     obfs2_seal(c->hdr, c->dc_enc, wire);
+    memcpy(c->hdr, wire, sizeof wire); /* sent from here on connect: needs no buffer block */
     if (n) {
         crypto_ctr_apply(c->cli_dec, extra, extra, n);
         crypto_ctr_apply(c->dc_enc, extra, extra, n);
         c->up_bytes += n;
         STAT_ADD(&pw->stats.bytes_up, n);
     }
-    if (side_queue(c, &c->dc, wire, sizeof wire) || (n && side_queue(c, &c->dc, extra, n))) {
+    if (n && side_queue(c, &c->dc, extra, n)) {
         conn_close(c, CR_NO_MEMORY);
         return;
     }
@@ -618,7 +651,10 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
         conn_close(c, CR_BAD_HEADER);
         break;
     case CS_CONNECTING:
-        dc_retry(c, 0);
+        if (c->dc.fd < 0)
+            dc_connect_next(c); /* after a wait for a free descriptor */
+        else
+            dc_retry(c, 0);
         break;
     case CS_RELAY: {
         /* The idle timer is armed lazily: traffic only moves last_io. */

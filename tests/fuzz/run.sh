@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh: builds the libFuzzer targets (build-fuzz, clang) and runs each for SECONDS; fails on any finding.
+# run.sh: builds the libFuzzer targets (clang) and runs each for SECONDS; fails on any finding.
 #
 # Usage: tests/fuzz/run.sh [SECONDS]     (default 30 per target; the long run is 600)
 #   MTPROXY_FUZZ_BUILD   build directory (default: build-fuzz at the top of the repo)
@@ -23,7 +23,10 @@ all="obfs2 secret faketls faketls_deframe config args sock_addr"
 targets=${MTPROXY_FUZZ_ONLY:-$all}
 
 cc=${CC:-clang}
-case $(basename "$cc") in clang*) ;; *) echo "run.sh: fuzzing needs clang (CC=$cc)" >&2; exit 2 ;; esac
+case $(basename "$cc") in
+clang*) ;;
+*) echo "run.sh: fuzzing needs clang (CC=$cc)" >&2; exit 2 ;;
+esac
 mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"
 CC=$cc cmake -S "$root" -B "$build" -DMTPROXY_FUZZ=ON -DMTPROXY_TESTS=ON -DMTPROXY_BENCH=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/fuzz-logs/configure.log" 2>&1 ||
@@ -31,6 +34,13 @@ CC=$cc cmake -S "$root" -B "$build" -DMTPROXY_FUZZ=ON -DMTPROXY_TESTS=ON -DMTPRO
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake --build "$build" --target fuzz_targets -j "$jobs" >"$build/fuzz-logs/build.log" 2>&1 ||
     { tail -50 "$build/fuzz-logs/build.log" >&2; exit 1; }
+
+# The config dictionary: the words in fuzz_config.dict plus every key of the option table.
+dict_file=$build/fuzz-logs/config.dict
+{
+    cat "$here/fuzz_config.dict"
+    sed -n 's/.*\.name = "\([a-z0-9-]*\)".*/"\1"/p' "$root/src/proxy/options.c"
+} >"$dict_file"
 
 nonet=""
 if unshare -n true 2>/dev/null; then
@@ -41,14 +51,14 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:symbolize=1:allocator_may_r
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 total=0
 failed=""
-printf '%-16s %12s %8s  %s\n' target executions seconds result
+printf '%-20s %12s %8s  %s\n' target executions seconds result
 for t in $targets; do
     bin="$build/tests/fuzz/fuzz_$t"
     [ -x "$bin" ] || { echo "run.sh: no target fuzz_$t" >&2; exit 2; }
     corpus="$build/fuzz-corpus/fuzz_$t"
     mkdir -p "$corpus"
     dict=""
-    case $t in config | args) dict="-dict=$here/fuzz_config.dict" ;; esac
+    case $t in config | args) dict="-dict=$dict_file" ;; esac
     log="$build/fuzz-logs/fuzz_$t.log"
     start=$(date +%s)
     rc=0
@@ -61,14 +71,15 @@ for t in $targets; do
     execs=${execs:-0}
     total=$((total + execs))
     result=ok
-    if [ "$rc" -ne 0 ] ||
-        grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer)|runtime error:|fuzz invariant failed|SUMMARY: ' "$log"; then
+    found='ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer)'
+    found="$found|runtime error:|fuzz invariant failed|SUMMARY: "
+    if [ "$rc" -ne 0 ] || grep -qE "$found" "$log"; then
         result="FAILED (rc $rc, log $log)"
         failed="$failed $t"
     fi
-    printf '%-16s %12s %8s  %s\n' "fuzz_$t" "$execs" "$took" "$result"
+    printf '%-20s %12s %8s  %s\n' "fuzz_$t" "$execs" "$took" "$result"
 done
-printf '%-16s %12s\n' total "$total"
+printf '%-20s %12s\n' total "$total"
 if [ -n "$failed" ]; then
     echo "run.sh: findings in:$failed" >&2
     for t in $failed; do

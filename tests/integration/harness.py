@@ -96,7 +96,12 @@ def free_ports(n):
 
 
 def new_secret():
-    return os.urandom(16).hex()
+    # Never starting with dd/ee: Telethon reads such a prefix as a secret kind (as mtproxy's
+    # own generator avoids).
+    while True:
+        s = os.urandom(16).hex()
+        if s[:2] not in ("dd", "ee"):
+            return s
 
 
 def fd_count(pid):

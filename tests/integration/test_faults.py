@@ -72,9 +72,10 @@ def test_emfile_at_accept(procs, can_prlimit):
     assert_ok(env.client("dd", 3, 1000, 1000, "--conns", 3, secret=env.dd))
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: out of descriptors, mtproxy still accepts "
-                   "clients it cannot connect onward and drops them (dc-unreachable) instead "
-                   "of leaving them in the listen backlog")
+@pytest.mark.xfail(strict=True, reason="KNOWN LIMIT: out of descriptors, a client accepted "
+                   "while a descriptor was free waits up to connect-timeout for a second one "
+                   "(accepting pauses meanwhile) and is then closed (dc-unreachable); not "
+                   "dropping it needs a descriptor reserved before accept()")
 def test_emfile_no_client_dropped(procs, can_prlimit):
     _env, _baseline, res = _emfile_run(procs)
     assert_ok(res)
@@ -170,9 +171,6 @@ def test_arena_exhaustion(procs, mode):
     assert_ok(env.client("ee", 2, 200000, 200000, "--conns", 10, "--expect-id", 2))
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: a client whose header completes while the "
-                   "arena is exhausted is closed (no-memory: no block for the DC header) "
-                   "instead of waiting for a block")
 @pytest.mark.parametrize("mode", ["nofast", "fast-copy"])
 def test_arena_exhaustion_header_waits(procs, mode):
     env = _arena_env(procs, mode)
