@@ -1,4 +1,4 @@
-/* bench_crypto.c: AES-256-CTR speed through crypto.h at the relay block sizes (the crypto bound). */
+/* bench_crypto.c: AES-256-CTR speed through crypto.h at the relay block sizes (crypto bound). */
 /*
  * For each buffer size (4, 8, 16, 32, 64 KiB; --quick: shorter runs) applies crypto_ctr_apply
  * in place, repeatedly, for --seconds per size and prints MB/s (10^6 bytes per second). The

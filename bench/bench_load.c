@@ -123,7 +123,7 @@ static struct opts o;
 static int epfd;
 static struct ep **eps;      /* by fd */
 static size_t eps_cap;
-static uint8_t iobuf[BL_IO + 64], chkbuf[BL_IO + 64], txbuf[BL_IO + 64];
+static uint8_t iobuf[BL_IO + 64], txbuf[BL_IO + 64];
 static int phase_run;        /* 1 while the timed window is open */
 static uint64_t bytes_down, bytes_up, msgs, errors, hs_done;
 static int clients_ready, dcs_ready, clients_open, clients_started;
@@ -174,29 +174,46 @@ static uint64_t salt_of(int down)
     return down ? 0x646f776e646f776eull : 0x75707570757075ull;
 }
 
+static inline uint64_t pattern_word(uint64_t salt, uint64_t w)
+{
+    return ((w + 1) * BL_GOLDEN) ^ salt;
+}
+
+/* Byte off of the stream (little-endian words; the check is symmetric on any host). */
+static inline uint8_t pattern_byte(uint64_t salt, uint64_t off)
+{
+    return (uint8_t)(pattern_word(salt, off / 8) >> (8 * (off % 8)));
+}
+
 /* Writes pattern bytes [off, off + len) of a stream with salt into out. */
 static void pattern_at(uint64_t salt, uint64_t off, uint8_t *out, size_t len)
 {
-    uint64_t w = off / 8;
-    size_t skip = (size_t)(off % 8), i = 0;
-    while (i < len) {
-        uint64_t v = ((w + 1) * BL_GOLDEN) ^ salt;
-        uint8_t b[8];
-        memcpy(b, &v, 8); /* little-endian hosts; the check is symmetric anyway */
-        size_t take = 8 - skip;
-        if (take > len - i)
-            take = len - i;
-        memcpy(out + i, b + skip, take);
-        i += take;
-        skip = 0;
-        w++;
+    size_t i = 0;
+    for (; i < len && (off + i) % 8; i++)
+        out[i] = pattern_byte(salt, off + i);
+    for (uint64_t w = (off + i) / 8; len - i >= 8; i += 8, w++) {
+        uint64_t v = pattern_word(salt, w);
+        memcpy(out + i, &v, 8);
     }
+    for (; i < len; i++)
+        out[i] = pattern_byte(salt, off + i);
 }
 
+/* 1 if buf holds pattern bytes [off, off + len), else 0. */
 static int pattern_check(uint64_t salt, uint64_t off, const uint8_t *buf, size_t len)
 {
-    pattern_at(salt, off, chkbuf, len);
-    return memcmp(chkbuf, buf, len) == 0;
+    size_t i = 0;
+    uint64_t bad = 0;
+    for (; i < len && (off + i) % 8; i++)
+        bad |= buf[i] ^ pattern_byte(salt, off + i);
+    for (uint64_t w = (off + i) / 8; len - i >= 8; i += 8, w++) {
+        uint64_t v;
+        memcpy(&v, buf + i, 8);
+        bad |= v ^ pattern_word(salt, w);
+    }
+    for (; i < len; i++)
+        bad |= buf[i] ^ pattern_byte(salt, off + i);
+    return bad == 0;
 }
 
 /* ---- epoll plumbing ---- */
@@ -1047,7 +1064,7 @@ int main(int argc, char **argv)
     struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o.dc_port)};
     la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (bind(listen_fd, (struct sockaddr *)&la, sizeof la) != 0 || listen(listen_fd, 4096) != 0)
-        die("cannot listen on the DC port");
+        die(strerror(errno));
     epfd = epoll_create1(0);
     struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(epfd, EPOLL_CTL_ADD, listen_fd, &lev);

@@ -2,6 +2,7 @@
 # bench/relay.sh: relay benchmark matrix through the real mtproxy binary on 127.0.0.1.
 #
 #   bench/relay.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
+#                  [--only A,B,C,D,E] [--port N (proxy port; the DC sink takes N+1)]
 #
 # One worker (--workers 1), the proxy's DC is bench_load's own DC sink (--dc-builtin off
 # --mask off, every address 127.0.0.1). Writes into OUT (default bench/results, --quick:
@@ -13,8 +14,10 @@
 # and ee clients x bulk-down, bulk-up, mtu, small x 1 and 64 connections; dd only at 16 KiB
 # (dd and plain take the same relay path). B. fast off / on (splice off) / on + splice, dd and
 # ee, bulk down and up, 1 connection. C. write-batch 0/1/10/100 ms, small, 64 connections with
-# 4 messages in flight each. D. handshakes per second (plain, dd, ee; 16 in flight). E. connect
-# to first DC byte, dc-pool 0 vs 2 (dd, one handshake at a time). Medians of --repeat runs.
+# 4 messages in flight each (lock-step echo), and 64 connections each sending one message per
+# ms without waiting for echoes (trickle: a stream a batch window could coalesce).
+# D. handshakes per second (plain, dd, ee; 16 in flight). E. connect to first DC byte,
+# dc-pool 0 vs 2 (dd, one handshake at a time). Medians of --repeat runs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +26,8 @@ OUT=""
 QUICK=0
 REPEAT=3
 SECONDS_RUN=2
+PORT=""
+ONLY="" # sections to run (e.g. "C" or "B,C"); with --only, relay.csv is appended to, not reset
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
@@ -30,6 +35,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --repeat) REPEAT=$2; shift ;;
     --seconds) SECONDS_RUN=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    --port) PORT=$2; shift ;;
     -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "relay.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -58,13 +65,20 @@ done
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mtproxy-relay.XXXXXX)
 PROXY_PID=""
+TIMEOUT_PID=""
 cleanup() {
     [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
+    [ -n "$TIMEOUT_PID" ] && wait "$TIMEOUT_PID" 2>/dev/null || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-PORT=$((20000 + RANDOM % 20000))
+if [ -z "$PORT" ]; then # a pair of free ports
+    for _ in $(seq 50); do
+        PORT=$((20000 + RANDOM % 20000))
+        ss -ltn | grep -qE ":($PORT|$((PORT + 1))) " || break
+    done
+fi
 DCPORT=$((PORT + 1))
 K_PLAIN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 K_DD=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
@@ -73,29 +87,41 @@ DOMAIN_HEX=$(printf 'example.com' | od -An -tx1 | tr -d ' \n')
 declare -A SECRET=([plain]=$K_PLAIN [dd]=dd$K_DD [tls]=ee$K_EE$DOMAIN_HEX)
 
 # start_proxy ARGS...: one worker, loopback only, our DC sink; waits for the listener.
+# PROXY_PID is mtproxy's own pid (from its pidfile: CPU and SIGUSR1 go to it), TIMEOUT_PID the
+# timeout(1) wrapper that bounds its life.
 start_proxy() {
     : >"$WORK/proxy.log"
+    rm -f "$WORK/proxy.pid"
     timeout 1800 "$MTPROXY" --listen 127.0.0.1:$PORT --dc-builtin off --mask off \
         --dc "2 127.0.0.1:$DCPORT" --workers 1 --secret "p:$K_PLAIN" --secret "d:dd$K_DD" \
         --secret "t:ee$K_EE$DOMAIN_HEX" --log "$WORK/proxy.log" --pidfile "$WORK/proxy.pid" \
-        --state-file "$WORK/state" --log-level info "$@" &
-    PROXY_PID=$!
-    for _ in $(seq 100); do
-        grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && return 0
+        --state-file "$WORK/state" --log-level info "$@" >>"$WORK/proxy.out" 2>&1 &
+    TIMEOUT_PID=$!
+    for _ in $(seq 200); do
+        if grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && [ -s "$WORK/proxy.pid" ]; then
+            PROXY_PID=$(cat "$WORK/proxy.pid")
+            return 0
+        fi
         sleep 0.05
     done
     echo "relay.sh: proxy did not start: $*" >&2
-    cat "$WORK/proxy.log" >&2
+    cat "$WORK/proxy.log" "$WORK/proxy.out" >&2
     exit 1
 }
 stop_proxy() {
-    kill "$PROXY_PID" 2>/dev/null || true
-    wait "$PROXY_PID" 2>/dev/null || true
+    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
+    wait "$TIMEOUT_PID" 2>/dev/null || true
     PROXY_PID=""
 }
 
+FAILED=0
+fail() {
+    echo "relay.sh: $*" >&2
+    FAILED=$((FAILED + 1))
+}
 CSV=$OUT/relay.csv
-rm -f "$CSV"
+[ -z "$ONLY" ] && rm -f "$CSV"
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 # run LABEL CLIENT WORKLOAD CONNS [bench_load args]: REPEAT runs, each a CSV row.
 run() {
     local label=$1 client=$2 wl=$3 conns=$4
@@ -104,20 +130,23 @@ run() {
         timeout 120 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "${SECRET[$client]}" \
             --client "$client" --workload "$wl" --conns "$conns" --seconds "$SECONDS_RUN" \
             --proxy-pid "$PROXY_PID" --proxy-log "$WORK/proxy.log" --label "$label" \
-            --csv "$CSV" --quiet "$@" || echo "relay.sh: run failed: $label $client $wl $conns" >&2
+            --csv "$CSV" --quiet "$@" || fail "run failed: $label $client $wl $conns"
     done
 }
 
+if want crypto || [ -z "$ONLY" ]; then
 echo "relay.sh: crypto bound" >&2
 "$BUILD/bench/bench_crypto" $([ "$QUICK" = 1 ] && echo --quick) --csv "$OUT/crypto.csv" >/dev/null
 echo "relay.sh: replay cache" >&2
 "$BUILD/bench/bench_replay" $([ "$QUICK" = 1 ] && echo --quick) --csv "$OUT/replay.csv" >/dev/null
 if command -v openssl >/dev/null && [ "$QUICK" = 0 ]; then
-    openssl speed -seconds 2 -evp aes-256-ctr 2>/dev/null | tail -1 >"$OUT/openssl-speed.txt" || true
+    openssl speed -seconds 2 -evp aes-256-ctr 2>/dev/null | tail -1 >"$OUT/openssl-speed.txt" ||
+        true
+fi
 fi
 
 # A. block sizes (fast mode + splice on, as shipped)
-for b in $BLOCKS; do
+want A && for b in $BLOCKS; do
     echo "relay.sh: block $b" >&2
     start_proxy --block-size "$b"
     for c in $CONNS; do
@@ -131,7 +160,7 @@ for b in $BLOCKS; do
 done
 
 # B. fast mode off / on / on + splice: CPU seconds per GB
-for mode in off on splice; do
+want B && for mode in off on splice; do
     echo "relay.sh: fast $mode" >&2
     case $mode in
     off) start_proxy --fast-mode off --splice off ;;
@@ -146,24 +175,27 @@ for mode in off on splice; do
 done
 
 # C. write batching under many small messages
-for w in $BATCHES; do
+want C && for w in $BATCHES; do
     echo "relay.sh: write-batch ${w}ms" >&2
     start_proxy --write-batch "${w}ms"
     run "batch=$w" dd small 64 --window 4
     run "batch=$w" tls small 64 --window 4
+    run "batch=$w" dd trickle 64 --interval-ms 1
     stop_proxy
 done
 
 # D. handshakes per second, one worker
-echo "relay.sh: handshakes" >&2
-start_proxy
-for c in plain dd tls; do
-    run "handshake" "$c" handshake 1 --concurrency 16
-done
-stop_proxy
+if want D; then
+    echo "relay.sh: handshakes" >&2
+    start_proxy
+    for c in plain dd tls; do
+        run "handshake" "$c" handshake 1 --concurrency 16
+    done
+    stop_proxy
+fi
 
 # E. connect -> first DC byte, dc-pool 0 vs 2 (the DC sink must listen before the proxy starts)
-for pool in 0 2; do
+want E && for pool in 0 2; do
     echo "relay.sh: dc-pool $pool" >&2
     for _ in $(seq "$REPEAT"); do
         timeout 120 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "${SECRET[dd]}" \
@@ -173,7 +205,7 @@ for pool in 0 2; do
         lp=$!
         sleep 0.3
         start_proxy --dc-pool "$pool"
-        wait "$lp" || echo "relay.sh: dc-pool run failed" >&2
+        wait "$lp" || fail "dc-pool run failed"
         stop_proxy
     done
 done
@@ -185,4 +217,5 @@ done
     echo "repeat: $REPEAT, seconds per run: $SECONDS_RUN"
 } >"$OUT/relay-info.txt"
 python3 "$ROOT/bench/relay_report.py" "$OUT"
-echo "relay.sh: results in $OUT" >&2
+echo "relay.sh: results in $OUT ($FAILED failed runs)" >&2
+[ "$FAILED" = 0 ]

@@ -75,7 +75,8 @@ def relay(out):
     if crypto:
         md.append("## AES-256-CTR through crypto.h (the crypto bound)\n")
         md.append(table(["buffer", "MB/s", "half (two passes per byte)"],
-                        [[f"{s // 1024} KiB", f1(v), f1(v / 2)] for s, v in sorted(crypto.items())]))
+                        [[f"{s // 1024} KiB", f1(v), f1(v / 2)]
+                         for s, v in sorted(crypto.items())]))
     # A. block sweep
     blk = [r for r in rs if r["label"].startswith("block=")]
     body = []
@@ -143,7 +144,8 @@ def relay(out):
                     body.append([client, wl, {"off": "off", "on": "on, splice off",
                                               "splice": "on + splice"}[mode],
                                  f1(med(r[col] for r in cell)), f2(c),
-                                 f2(c / base) if base else "", f1(med(r["reads_per_mb"] for r in cell)),
+                                 f2(c / base) if base else "",
+                                 f1(med(r["reads_per_mb"] for r in cell)),
                                  f1(med(r["writes_per_mb"] for r in cell)),
                                  f1(med(float(r["proxy_spliced"]) / 1e6 for r in cell)),
                                  f2(med(r["load_cpu_s"] for r in cell)), len(cell)])
@@ -156,18 +158,21 @@ def relay(out):
     bt = [r for r in rs if r["label"].startswith("batch=")]
     if bt:
         body = []
-        for key, g in sorted(group(bt, ["label", "client"]).items(),
-                             key=lambda kv: (kv[0][1], int(kv[0][0][6:]))):
-            body.append([key[0][6:], key[1], f1(med(float(r["msgs"]) / float(r["seconds"])
+        for key, g in sorted(group(bt, ["label", "client", "workload"]).items(),
+                             key=lambda kv: (kv[0][2], kv[0][1], int(kv[0][0][6:]))):
+            body.append([key[0][6:], key[1], key[2], f1(med(float(r["msgs"]) / float(r["seconds"])
                                                     for r in g)),
                          f2(med(r["mb_s_down"] for r in g)), f1(med(r["lat_p50_us"] for r in g)),
-                         f1(med(r["lat_p99_us"] for r in g)), f1(med(r["writes_per_mb"] for r in g)),
-                         f1(med(r["reads_per_mb"] for r in g)), f2(med(r["cpu_s_per_gb"] for r in g)),
+                         f1(med(r["lat_p99_us"] for r in g)),
+                         f1(med(r["writes_per_mb"] for r in g)),
+                         f1(med(r["reads_per_mb"] for r in g)),
+                         f2(med(r["cpu_s_per_gb"] for r in g)),
                          len(g)])
         with open(os.path.join(out, "batching.md"), "w") as f:
-            f.write("# Write batching (bench/relay.sh): 200-byte messages echoed, 64 connections, "
-                    "4 in flight each\n\n")
-            f.write(table(["write-batch ms", "client", "messages/s", "MB/s each way",
+            f.write("# Write batching (bench/relay.sh): 200-byte messages echoed, 64 connections; "
+                    "small: 4 in flight each (lock-step); trickle: one sent per ms per connection "
+                    "without waiting\n\n")
+            f.write(table(["write-batch ms", "client", "workload", "messages/s", "MB/s each way",
                            "RTT p50 us", "RTT p99 us", "writes/MB", "reads/MB", "proxy CPU s/GB",
                            "runs"], body))
     # D/E. handshakes and dc pool
@@ -184,7 +189,8 @@ def relay(out):
                             f2(med(r["proxy_cpu_s"] for r in g)), len(g)]
                            for k, g in sorted(group(hs, ["client"]).items())]))
         if pool:
-            f.write("\n# Client connect to first DC byte, dc-pool off vs on (dd, one at a time)\n\n")
+            f.write("\n# Client connect to first DC byte, dc-pool off vs on "
+                    "(dd, one at a time)\n\n")
             f.write(table(["dc-pool", "handshakes/s", "p50 us", "p99 us", "runs"],
                           [[k[0][5:], f1(med(r["handshakes_per_s"] for r in g)),
                             f1(med(r["connect_p50_us"] for r in g)),

@@ -11,7 +11,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STEPS=(syscalls syscalls_tcp)
+STEPS=(syscalls syscalls_tcp relay memory)
 
 QUICK=0
 OUT=""
@@ -230,6 +230,28 @@ wait_quiet() {
 # Arguments every step passes to its program: quick mode, or the full run's repeat and duration.
 run_args() {
     if [ "$QUICK" = 1 ]; then echo "--quick"; else echo "--repeat $REPEAT --duration $DURATION"; fi
+}
+
+# Relay, crypto bound, replay cache, fast path, batching, handshakes, DC pool (bench/relay.sh)
+# and memory per connection (bench/memory.sh): each script builds what it needs in BUILD.
+step_relay() {
+    [ "$PLOT_ONLY" = 1 ] && return 0
+    local q=""
+    [ "$QUICK" = 1 ] && q="--quick"
+    local t
+    for t in mtproxy bench_load bench_crypto bench_replay; do build_target "$t"; done
+    # shellcheck disable=SC2086
+    "$ROOT/bench/relay.sh" $q --build-dir "$BUILD" --out "$OUT"
+}
+
+step_memory() {
+    [ "$PLOT_ONLY" = 1 ] && return 0
+    local q=""
+    [ "$QUICK" = 1 ] && q="--quick"
+    local t
+    for t in mtproxy bench_load; do build_target "$t"; done
+    # shellcheck disable=SC2086
+    "$ROOT/bench/memory.sh" $q --build-dir "$BUILD" --out "$OUT"
 }
 
 step_syscalls() {

@@ -163,7 +163,8 @@ static void expect_named_error(const char *text, const char *want) {
     err[0] = '\0';
     assert_int_equal(secret_parse_named(text, &s, err, sizeof(err)), -1);
     if (!strstr(err, want))
-        fail_msg("error for \"%s\" is \"%s\", expected it to contain \"%s\"", text, err, want);
+        fail_msg("error for \"%s\" is \"%s\", expected it to contain \"%s\"",
+                 text ? text : "(null)", err, want);
 }
 
 static void test_error_length(void **state) {
