@@ -65,7 +65,12 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-PORT=$((20000 + RANDOM % 20000))
+# A pair of free ports below the kernel's ephemeral range (32768+), so no outgoing
+# connection of another program can hold them.
+while :; do
+    PORT=$((20000 + RANDOM % 12000))
+    ss -ltn | grep -qE ":($PORT|$((PORT + 1))) " || break
+done
 DCPORT=$((PORT + 1))
 K_DD=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 

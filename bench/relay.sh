@@ -75,7 +75,7 @@ trap cleanup EXIT
 
 if [ -z "$PORT" ]; then # a pair of free ports
     for _ in $(seq 50); do
-        PORT=$((20000 + RANDOM % 20000))
+        PORT=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+)
         ss -ltn | grep -qE ":($PORT|$((PORT + 1))) " || break
     done
 fi

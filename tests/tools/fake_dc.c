@@ -80,18 +80,6 @@ static void emit(bool important, const char *fmt, ...) {
     va_end(ap);
 }
 
-static const char *tag_short(uint32_t tag) {
-    switch (tag) {
-    case OBFS2_TAG_ABRIDGED:
-        return "ef";
-    case OBFS2_TAG_INTERMEDIATE:
-        return "ee";
-    case OBFS2_TAG_PADDED:
-        return "dd";
-    default:
-        return "??";
-    }
-}
 
 static int64_t conn_deadline(void) {
     return tn_now_ms() + (int64_t)conn_timeout_s * 1000;
@@ -375,7 +363,7 @@ static void mtproto_answer(struct dc_conn *c, const uint8_t first[8], uint8_t *p
     }
     char nonce_hex[33];
     tn_hex(m + 24, 16, nonce_hex);
-    emit(true, "REQ_PQ_MULTI listener=%u tag=%s dc=%d nonce=%s", c->l->id, tag_short(c->tag),
+    emit(true, "REQ_PQ_MULTI listener=%u tag=%s dc=%d nonce=%s", c->l->id, tn_tag_short(c->tag),
          (int)c->dc, nonce_hex);
 
     /* resPQ#05162463 nonce:int128 server_nonce:int128 pq:bytes
@@ -449,7 +437,7 @@ static void run_normal(struct dc_conn *c) {
         closed(c, "bad_tag", TN_OK);
         return;
     }
-    emit(false, "HEADER listener=%u tag=%s dc=%d", c->l->id, tag_short(c->tag), (int)c->dc);
+    emit(false, "HEADER listener=%u tag=%s dc=%d", c->l->id, tn_tag_short(c->tag), (int)c->dc);
     if (c->l->mode == MODE_CLOSE) {
         /* A clean close: FIN now, then swallow what the peer still sends (no RST). */
         shutdown(c->fd, SHUT_WR);

@@ -120,18 +120,6 @@ static void fail(struct result *r, const char *fmt, ...) {
     r->ok = false;
 }
 
-static const char *tag_short(uint32_t tag) {
-    switch (tag) {
-    case OBFS2_TAG_ABRIDGED:
-        return "ef";
-    case OBFS2_TAG_INTERMEDIATE:
-        return "ee";
-    case OBFS2_TAG_PADDED:
-        return "dd";
-    default:
-        return "??";
-    }
-}
 
 static const char *io_what(enum tn_status st, int err) {
     if (st == TN_ERR)
@@ -653,7 +641,7 @@ static void session(struct conn_ctx *cx) {
     if (o->events)
         event("{\"event\":\"hello\",\"conn\":%d,\"id\":%u,\"tag\":\"%s\",\"dc\":%d,\"ms\":%" PRId64
               "}",
-              cx->index, r->id, tag_short(r->tag), (int)r->dc, tn_now_ms() - t_start);
+              cx->index, r->id, tn_tag_short(r->tag), (int)r->dc, tn_now_ms() - t_start);
     if (o->expect_id >= 0 && r->id != (uint32_t)o->expect_id) {
         fail(r, "hello: listener id %u, expected %" PRId64, r->id, o->expect_id);
         goto out;

@@ -2,6 +2,7 @@
 #ifndef MTPROXY_TESTS_TOOLS_TOOLNET_H
 #define MTPROXY_TESTS_TOOLS_TOOLNET_H
 
+#include "proto/obfs2.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -230,6 +231,20 @@ static inline void tn_hex(const uint8_t *in, size_t n, char *out) {
         out[2 * i + 1] = digits[in[i] & 15];
     }
     out[2 * n] = 0;
+}
+
+/* Short name of an obfuscated2 tag, as on the command line: "ef", "ee", "dd" or "??". */
+static inline const char *tn_tag_short(uint32_t tag) {
+    switch (tag) {
+    case OBFS2_TAG_ABRIDGED:
+        return "ef";
+    case OBFS2_TAG_INTERMEDIATE:
+        return "ee";
+    case OBFS2_TAG_PADDED:
+        return "dd";
+    default:
+        return "??";
+    }
 }
 
 #endif
