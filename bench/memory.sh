@@ -56,50 +56,20 @@ for b in "$MTPROXY" "$LOAD"; do
     [ -x "$b" ] || { echo "memory.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/mtproxy-memory.XXXXXX)
-PROXY_PID=""
-TIMEOUT_PID=""
-cleanup() {
-    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
-    [ -n "$TIMEOUT_PID" ] && wait "$TIMEOUT_PID" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-# A pair of free ports below the kernel's ephemeral range (32768+), so no outgoing
-# connection of another program can hold them.
-while :; do
-    PORT=$((20000 + RANDOM % 12000))
-    ss -ltn | grep -qE ":($PORT|$((PORT + 1))) " || break
-done
-DCPORT=$((PORT + 1))
+PORT=""
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init memory
 K_DD=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 
+# start_proxy ARGS...: the proxy with the dd secret and room for every connection; start-up
+# allocations settle before the caller takes the RSS baseline.
 start_proxy() {
-    : >"$WORK/proxy.log"
-    rm -f "$WORK/proxy.pid"
-    timeout 600 "$MTPROXY" --listen 127.0.0.1:$PORT --dc-builtin off --mask off \
-        --dc "2 127.0.0.1:$DCPORT" --workers 1 --secret "d:dd$K_DD" --max-connections 10000 \
-        --buffer-memory 0 \
-        --log "$WORK/proxy.log" --pidfile "$WORK/proxy.pid" --state-file "$WORK/state" \
-        --log-level warn "$@" >>"$WORK/proxy.out" 2>&1 &
-    TIMEOUT_PID=$!
-    for _ in $(seq 200); do
-        if [ -s "$WORK/proxy.pid" ] && ss -ltn | grep -q "127.0.0.1:$PORT "; then
-            PROXY_PID=$(cat "$WORK/proxy.pid")
-            sleep 0.2 # let start-up allocations settle before the baseline
-            return 0
-        fi
-        sleep 0.05
-    done
-    echo "memory.sh: proxy did not start: $*" >&2
-    cat "$WORK/proxy.log" "$WORK/proxy.out" >&2
-    exit 1
+    bench_start_proxy memory.sh 600 --secret "d:dd$K_DD" --max-connections 10000 \
+        --buffer-memory 0 --log-level warn "$@"
+    sleep 0.2
 }
-stop_proxy() {
-    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
-    wait "$TIMEOUT_PID" 2>/dev/null || true
-    PROXY_PID=""
-}
+stop_proxy() { bench_stop_proxy; }
 
 FAILED=0
 CSV=$OUT/memory.csv

@@ -63,56 +63,23 @@ for b in "$MTPROXY" "$LOAD" "$BUILD/bench/bench_crypto" "$BUILD/bench/bench_repl
     [ -x "$b" ] || { echo "relay.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/mtproxy-relay.XXXXXX)
-PROXY_PID=""
-TIMEOUT_PID=""
-cleanup() {
-    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
-    [ -n "$TIMEOUT_PID" ] && wait "$TIMEOUT_PID" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-if [ -z "$PORT" ]; then # a pair of free ports
-    for _ in $(seq 50); do
-        PORT=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+)
-        ss -ltn | grep -qE ":($PORT|$((PORT + 1))) " || break
-    done
-fi
-DCPORT=$((PORT + 1))
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init relay
+QUICK_FLAG=()
+[ "$QUICK" = 1 ] && QUICK_FLAG=(--quick)
 K_PLAIN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 K_DD=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 K_EE=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 DOMAIN_HEX=$(printf 'example.com' | od -An -tx1 | tr -d ' \n')
 declare -A SECRET=([plain]=$K_PLAIN [dd]=dd$K_DD [tls]=ee$K_EE$DOMAIN_HEX)
 
-# start_proxy ARGS...: one worker, loopback only, our DC sink; waits for the listener.
-# PROXY_PID is mtproxy's own pid (from its pidfile: CPU and SIGUSR1 go to it), TIMEOUT_PID the
-# timeout(1) wrapper that bounds its life.
+# start_proxy ARGS...: the proxy with the plain, dd and ee secrets (see bench_start_proxy).
 start_proxy() {
-    : >"$WORK/proxy.log"
-    rm -f "$WORK/proxy.pid"
-    timeout 1800 "$MTPROXY" --listen 127.0.0.1:$PORT --dc-builtin off --mask off \
-        --dc "2 127.0.0.1:$DCPORT" --workers 1 --secret "p:$K_PLAIN" --secret "d:dd$K_DD" \
-        --secret "t:ee$K_EE$DOMAIN_HEX" --log "$WORK/proxy.log" --pidfile "$WORK/proxy.pid" \
-        --state-file "$WORK/state" --log-level info "$@" >>"$WORK/proxy.out" 2>&1 &
-    TIMEOUT_PID=$!
-    for _ in $(seq 200); do
-        if grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && [ -s "$WORK/proxy.pid" ]; then
-            PROXY_PID=$(cat "$WORK/proxy.pid")
-            return 0
-        fi
-        sleep 0.05
-    done
-    echo "relay.sh: proxy did not start: $*" >&2
-    cat "$WORK/proxy.log" "$WORK/proxy.out" >&2
-    exit 1
+    bench_start_proxy relay.sh 1800 --secret "p:$K_PLAIN" --secret "d:dd$K_DD" \
+        --secret "t:ee$K_EE$DOMAIN_HEX" --log-level info "$@"
 }
-stop_proxy() {
-    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
-    wait "$TIMEOUT_PID" 2>/dev/null || true
-    PROXY_PID=""
-}
+stop_proxy() { bench_stop_proxy; }
 
 FAILED=0
 fail() {
@@ -136,9 +103,9 @@ run() {
 
 if want crypto || [ -z "$ONLY" ]; then
 echo "relay.sh: crypto bound" >&2
-"$BUILD/bench/bench_crypto" $([ "$QUICK" = 1 ] && echo --quick) --csv "$OUT/crypto.csv" >/dev/null
+"$BUILD/bench/bench_crypto" "${QUICK_FLAG[@]}" --csv "$OUT/crypto.csv" >/dev/null
 echo "relay.sh: replay cache" >&2
-"$BUILD/bench/bench_replay" $([ "$QUICK" = 1 ] && echo --quick) --csv "$OUT/replay.csv" >/dev/null
+"$BUILD/bench/bench_replay" "${QUICK_FLAG[@]}" --csv "$OUT/replay.csv" >/dev/null
 if command -v openssl >/dev/null && [ "$QUICK" = 0 ]; then
     openssl speed -seconds 2 -evp aes-256-ctr 2>/dev/null | tail -1 >"$OUT/openssl-speed.txt" ||
         true

@@ -9,19 +9,8 @@
 
 #include <cmocka.h>
 
-/* Decodes a hex string into out (which must hold strlen(hex) / 2 bytes); returns the length. */
-static size_t unhex(const char *hex, uint8_t *out) {
-    size_t n = strlen(hex) / 2;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v = 0;
-        for (int j = 0; j < 2; j++) {
-            char c = hex[2 * i + j];
-            v = v << 4 | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-        }
-        out[i] = (uint8_t)v;
-    }
-    return n;
-}
+#include "testutil.h"
+
 
 /* NIST SP 800-38A, appendix F.5.5 CTR-AES256.Encrypt. */
 static const char nist_key[] = "603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4";

@@ -11,22 +11,12 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "crypto/crypto.h"
 
 /* ---- helpers ---- */
 
-static size_t unhex(const char *hex, uint8_t *out) {
-    size_t n = strlen(hex) / 2;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v = 0;
-        for (int j = 0; j < 2; j++) {
-            char c = hex[2 * i + j];
-            v = v << 4 | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-        }
-        out[i] = (uint8_t)v;
-    }
-    return n;
-}
 
 /* Standard-alphabet base64, padding optional. Returns the decoded length. */
 static size_t unbase64(const char *s, uint8_t *out) {

@@ -1,0 +1,55 @@
+# lib.sh: shared by bench/relay.sh and bench/memory.sh (sourced): work dir, free ports, proxy life.
+# shellcheck shell=bash
+
+# bench_init NAME: makes WORK (removed at exit, with the proxy stopped) and picks PORT/DCPORT:
+# a pair of free loopback ports below the kernel's ephemeral range (32768+), unless PORT is set.
+bench_init() {
+    WORK=$(mktemp -d "/tmp/mtproxy-$1.XXXXXX")
+    PROXY_PID=""
+    TIMEOUT_PID=""
+    trap bench_cleanup EXIT
+    if [ -z "${PORT:-}" ]; then
+        for _ in $(seq 50); do
+            PORT=$((20000 + RANDOM % 12000))
+            ss -ltn | grep -qE ":($PORT|$((PORT + 1))) " || break
+        done
+    fi
+    DCPORT=$((PORT + 1))
+}
+
+bench_cleanup() {
+    bench_stop_proxy
+    rm -rf "$WORK"
+}
+
+# bench_start_proxy NAME LIFETIME ARGS...: runs mtproxy (bounded by timeout LIFETIME) on PORT
+# with one worker, loopback only, DC 2 at our sink on DCPORT, plus ARGS; waits until it
+# listens. PROXY_PID is mtproxy's own pid (from its pidfile: CPU, RSS and SIGUSR1 go to it),
+# TIMEOUT_PID the timeout(1) wrapper.
+bench_start_proxy() {
+    local name=$1 life=$2
+    shift 2
+    : >"$WORK/proxy.log"
+    rm -f "$WORK/proxy.pid"
+    timeout "$life" "$MTPROXY" --listen "127.0.0.1:$PORT" --dc-builtin off --mask off \
+        --dc "2 127.0.0.1:$DCPORT" --workers 1 --log "$WORK/proxy.log" \
+        --pidfile "$WORK/proxy.pid" --state-file "$WORK/state" "$@" >>"$WORK/proxy.out" 2>&1 &
+    TIMEOUT_PID=$!
+    for _ in $(seq 200); do
+        if [ -s "$WORK/proxy.pid" ] && ss -ltn | grep -q "127.0.0.1:$PORT "; then
+            PROXY_PID=$(cat "$WORK/proxy.pid")
+            return 0
+        fi
+        sleep 0.05
+    done
+    echo "$name: proxy did not start: $*" >&2
+    cat "$WORK/proxy.log" "$WORK/proxy.out" >&2
+    exit 1
+}
+
+bench_stop_proxy() {
+    if [ -n "${PROXY_PID:-}" ]; then kill "$PROXY_PID" 2>/dev/null || true; fi
+    if [ -n "${TIMEOUT_PID:-}" ]; then wait "$TIMEOUT_PID" 2>/dev/null || true; fi
+    PROXY_PID=""
+    TIMEOUT_PID=""
+}
