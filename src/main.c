@@ -113,9 +113,12 @@ static void fit_fd_limit(struct options *o, int nworkers)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    /* Two descriptors per connection, plus per worker its listeners, epoll/eventfd and
-     * splice pipes (two each), plus slack. */
-    long long reserve = (long long)nworkers * (o->nlisten + 4 + 2 * PROXY_PIPES_PER_WORKER) + 32;
+    /* Two descriptors per connection (from accept on: while it handshakes, its worker holds
+     * one in reserve for its upstream socket), plus per worker its listeners, epoll/eventfd,
+     * the spare reserve descriptor for the next accept and splice pipes (two each), plus
+     * slack. */
+    long long reserve =
+        (long long)nworkers * (o->nlisten + 4 + 1 + 2 * PROXY_PIPES_PER_WORKER) + 32;
     long long ids = 0; /* pooled DC sockets: per worker, per DC id */
     for (int i = 0; i < o->ndcs; i++)
         ids += i == 0 || o->dcs[i].id != o->dcs[i - 1].id;

@@ -11,7 +11,8 @@
 
 struct worker;
 
-/* Called for every accepted socket (nonblocking, close-on-exec). The handler owns fd. */
+/* Called for every accepted socket (nonblocking, close-on-exec). The handler owns fd, and
+ * must call worker_reserve_release once for it (see there). */
 typedef void (*worker_accept_fn)(struct worker *w, int fd, const struct sock_addr *peer);
 
 /* Called in the worker thread when the worker is asked to stop: close everything, then
@@ -33,7 +34,7 @@ struct worker_listener {
 struct worker_stats {
     _Atomic uint64_t accepted;
     _Atomic uint64_t accept_errors;     /* other than EAGAIN/EINTR/ECONNABORTED */
-    _Atomic uint64_t accept_fd_limit;   /* EMFILE / ENFILE hits */
+    _Atomic uint64_t accept_fd_limit;   /* EMFILE / ENFILE hits (at accept or its reserve) */
     _Atomic uint64_t accept_pauses;     /* times accepting paused because the owner said full */
 };
 
@@ -47,6 +48,10 @@ struct worker {
     int paused;           /* listeners stopped because the owner is full */
     ev_timer fd_retry;    /* listeners stopped after EMFILE/ENFILE; retried on this timer */
     ev_tstamp last_fd_warn;
+    /* The descriptor reserve (/dev/null descriptors): one per accepted socket whose owner has
+     * not called worker_reserve_release yet (owed), plus a spare for the next accept. */
+    int *reserve;
+    int nreserve, reserve_cap, reserve_owed;
     ev_async wake;
     _Atomic int stop_requested;
     _Atomic int cmd_pending;
@@ -60,7 +65,8 @@ struct worker {
 /* Relaxed increment by the owning thread (a plain add, no lock prefix). */
 #define WORKER_STAT_INC(p) atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1, memory_order_relaxed)
 
-/* Sets up a worker with a fresh libev loop. Returns 0, or -1. */
+/* Sets up a worker with a fresh libev loop and its first reserve descriptor. Returns 0, or
+ * -1. */
 int worker_init(struct worker *w, int id, worker_accept_fn on_accept, worker_stop_fn on_stop,
                 worker_cmd_fn on_cmd, void *ctx);
 
@@ -86,6 +92,19 @@ void worker_join(struct worker *w);
 /* In the worker thread: out of descriptors or memory (err): stop accepting for a short
  * while (new clients wait in the backlog), then retry. */
 void worker_backoff_accept(struct worker *w, int err);
+
+/* In the worker thread: the accept handler no longer needs the descriptor the worker kept in
+ * reserve for one accepted socket (it opened its second socket, will never open one, or
+ * closed). Call it just before opening that socket, so the socket gets the descriptor even
+ * when the process is at RLIMIT_NOFILE: the worker accepts only while it holds one reserve
+ * descriptor per accepted socket not yet released, plus one. Once per accepted socket. */
+void worker_reserve_release(struct worker *w);
+
+/* In the worker thread: out of descriptors for a socket that was accepted (another worker
+ * took the one released for it): closes the spare reserve descriptor, if there is one, so a
+ * retry may succeed; accepting then waits until the spare is back. Returns 0 if it closed
+ * one, -1 if there was none. */
+int worker_reserve_spend(struct worker *w);
 
 /* In the worker thread: stop / resume accepting because the owner is full. */
 void worker_pause_accept(struct worker *w);

@@ -2,6 +2,8 @@
 #include "core/worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,16 +29,49 @@ static int accepting(const struct worker *w)
            !atomic_load_explicit(&w->stop_requested, memory_order_relaxed);
 }
 
+/* Makes sure the reserve holds a descriptor for the next accepted socket. Returns 0, or -1
+ * (errno set) when none can be had: the process is out of descriptors (or memory). */
+static int reserve_fill(struct worker *w)
+{
+    if (w->nreserve > w->reserve_owed)
+        return 0;
+    if (w->nreserve == w->reserve_cap) {
+        int cap = w->reserve_cap ? 2 * w->reserve_cap : 16;
+        int *r = realloc(w->reserve, (size_t)cap * sizeof *r);
+        if (!r) {
+            errno = ENOMEM;
+            return -1;
+        }
+        w->reserve = r;
+        w->reserve_cap = cap;
+    }
+    /* A dup needs no path lookup (and no /dev after start). */
+    int fd = w->nreserve ? fcntl(w->reserve[0], F_DUPFD_CLOEXEC, 0)
+                         : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    w->reserve[w->nreserve++] = fd;
+    return 0;
+}
+
 static void on_listen(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct worker_listener *l = io->data;
     struct worker *w = l->w;
     for (int i = 0; i < WORKER_ACCEPT_BATCH && accepting(w); i++) {
+        /* Accept only a client whose second socket (its DC) can be opened: a batch of
+         * accepts would otherwise take every free descriptor and leave those clients none. */
+        if (reserve_fill(w)) {
+            WORKER_STAT_INC(&w->stats.accept_fd_limit);
+            worker_backoff_accept(w, errno);
+            return;
+        }
         struct sock_addr peer;
         peer.len = sizeof peer.u;
         int fd = accept4(l->fd, &peer.u.sa, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             WORKER_STAT_INC(&w->stats.accepted);
+            w->reserve_owed++;
             w->on_accept(w, fd, &peer);
             continue;
         }
@@ -96,7 +131,7 @@ int worker_init(struct worker *w, int id, worker_accept_fn on_accept, worker_sto
     w->wake.data = w;
     ev_async_start(w->loop, &w->wake);
     ev_set_userdata(w->loop, w);
-    return 0;
+    return reserve_fill(w);
 }
 
 int worker_add_listener(struct worker *w, int fd)
@@ -154,6 +189,11 @@ void worker_join(struct worker *w)
     if (w->loop)
         ev_loop_destroy(w->loop);
     w->loop = NULL;
+    while (w->nreserve > 0)
+        close(w->reserve[--w->nreserve]);
+    free(w->reserve);
+    w->reserve = NULL;
+    w->reserve_cap = w->reserve_owed = 0;
 }
 
 void worker_backoff_accept(struct worker *w, int err)
@@ -171,6 +211,23 @@ void worker_backoff_accept(struct worker *w, int err)
         ev_timer_set(&w->fd_retry, WORKER_FD_RETRY_S, 0);
         ev_timer_start(w->loop, &w->fd_retry);
     }
+}
+
+void worker_reserve_release(struct worker *w)
+{
+    if (w->reserve_owed == 0)
+        return;
+    /* Each owed descriptor is held (the spare may be missing): free one for the caller. */
+    w->reserve_owed--;
+    close(w->reserve[--w->nreserve]);
+}
+
+int worker_reserve_spend(struct worker *w)
+{
+    if (w->nreserve <= w->reserve_owed)
+        return -1;
+    close(w->reserve[--w->nreserve]);
+    return 0;
 }
 
 void worker_pause_accept(struct worker *w)

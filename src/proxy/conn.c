@@ -53,6 +53,18 @@ void conn_check_accept(struct proxy_worker *pw)
         worker_resume_accept(pw->w);
 }
 
+/* --- descriptor reserve ------------------------------------------------------------------ */
+
+/* The worker holds a descriptor in reserve for a connection from accept until it opens its
+ * upstream socket or knows it never will (held, closed), so that socket is not refused when
+ * accept took the last free descriptor. The handshake states are the ones that hold it: this
+ * gives it back when the connection leaves them (call it before changing the state). */
+static void reserve_release(struct conn *c)
+{
+    if (c->state == CS_HEADER || c->state == CS_TLS_HELLO || c->state == CS_TLS_HEADER)
+        worker_reserve_release(c->pw->w);
+}
+
 /* --- close ----------------------------------------------------------------------------- */
 
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
@@ -75,6 +87,7 @@ int conn_close(struct conn *c, enum conn_reason r)
     }
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
+    reserve_release(c);
     ev_timer_stop(pw->w->loop, &c->timer);
     if (c->waiting_block)
         waiters_remove(pw, c);
@@ -131,9 +144,13 @@ static int dc_connect_next(struct conn *c)
     while (c->dc_try < c->dc_count) {
         const struct sock_addr *a = target_addr(c, c->dc_try++);
         int fd = sock_connect(a, &pw->sockopts);
+        /* Out of descriptors although one was released for this socket (another worker took
+         * it): the worker's spare goes to this accepted client, not to a new one. */
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && !worker_reserve_spend(pw->w))
+            fd = sock_connect(a, &pw->sockopts);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
-            /* Out of descriptors: not this address's fault. The client waits (and new ones
-             * wait in the backlog) until one frees, within the connect timeout. */
+            /* Still out of descriptors: not this address's fault. The client waits (and new
+             * ones wait in the backlog) until one frees, within the connect timeout. */
             c->dc_try--;
             worker_backoff_accept(pw->w, errno);
             if (++c->fd_waits * 100u > pw->opt->connect_timeout_ms) {
@@ -213,10 +230,13 @@ static int dc_established(struct conn *c)
 static void upstream_start(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
+    /* Claimed before the reserved descriptor is given back, so the pool's refill of the slot
+     * cannot take it (a refill out of descriptors just retries later). */
+    int fd = c->mode == CONN_MODE_MTPROTO ? dcpool_claim(&pw->dcpool, c->dc_resolved) : -1;
+    reserve_release(c);
     c->state = CS_CONNECTING;
     c->dc_try = 0;
     side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
-    int fd = c->mode == CONN_MODE_MTPROTO ? dcpool_claim(&pw->dcpool, c->dc_resolved) : -1;
     if (fd >= 0) { /* pre-connected: the header goes out now, no TCP handshake to wait for */
         c->dc.fd = fd;
         c->dc.events = 0;
@@ -245,6 +265,7 @@ static void hold(struct conn *c)
     crypto_random(&r, sizeof r);
     double base = c->pw->opt->handshake_timeout_ms / 1000.0;
     hbuf_free(c);
+    reserve_release(c);
     c->state = CS_HOLD;
     c->up_bytes = 0; /* in HOLD, up_bytes counts what was discarded */
     side_watch(c, &c->cli, EV_READ);
@@ -690,6 +711,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     struct conn *c = pool_get(&pw->conns);
     if (!c) {
         close(fd); /* not reached while accepting pauses at the cap */
+        worker_reserve_release(w);
         conn_check_accept(pw);
         return;
     }

@@ -105,6 +105,13 @@ static void slot_connect(struct dcpool_slot *sl)
     if (s->stopped)
         return;
     sl->fd = sock_connect(&s->dcs->e[p->first + sl->addr_try].addr, &s->opts);
+    if (sl->fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        /* Out of descriptors: not the DC's fault, and the reserve kept for accepted clients
+         * is not ours to take. Try again later, without growing the DC's back-off. */
+        ev_timer_set(&sl->timer, DCPOOL_BACKOFF_MIN, 0);
+        ev_timer_start(s->loop, &sl->timer);
+        return;
+    }
     if (sl->fd < 0) {
         slot_failed(sl);
         return;
