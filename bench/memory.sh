@@ -19,7 +19,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD="$ROOT/build-h8"
+BUILD="$ROOT/build-bench"
 OUT=""
 QUICK=0
 REPEAT=2

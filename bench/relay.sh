@@ -10,18 +10,19 @@
 # the label column names the proxy config), and from those relay.md, fastpath.md, batching.md,
 # handshake.md, crypto.md, replay.md and relay_*.png (gnuplot, when installed).
 #
-# Matrix (full): A. block size 4,8,16,32,64 KiB (fast mode and splice on, as shipped) x plain
-# and ee clients x bulk-down, bulk-up, mtu, small x 1 and 64 connections; dd only at 16 KiB
-# (dd and plain take the same relay path). B. fast off / on (splice off) / on + splice, dd and
-# ee, bulk down and up, 1 connection. C. write-batch 0/1/10/100 ms, small, 64 connections with
-# 4 messages in flight each (lock-step echo), and 64 connections each sending one message per
-# ms without waiting for echoes (trickle: a stream a batch window could coalesce).
+# Matrix (full): A. block size 4,8,16,32,64 KiB (fast mode and splice on, as shipped) x plain,
+# dd and ee clients x bulk-down, bulk-up, mtu (1460-byte writes DC->client), mtu-up (client->
+# DC), small x 1 and 64 connections. B. fast off / on (splice off) / on + splice, dd and ee,
+# bulk down and up, 1 connection; for ee also on + splice with splice-tls off (read + writev).
+# C. write-batch 0, and 1/10/100 ms in each write-batch-mode (buffer, cork, msg-more): small,
+# 64 connections with 4 messages in flight each (lock-step echo), and 64 connections each
+# sending one message per ms without waiting for echoes (trickle: a stream a window coalesces).
 # D. handshakes per second (plain, dd, ee; 16 in flight). E. connect to first DC byte,
 # dc-pool 0 vs 2 (dd, one handshake at a time). Medians of --repeat runs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD="$ROOT/build-h8"
+BUILD="$ROOT/build-bench"
 OUT=""
 QUICK=0
 REPEAT=3
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_RUN=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --port) PORT=$2; shift ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "relay.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -49,13 +50,16 @@ if [ "$QUICK" = 1 ]; then
     BLOCKS="16384"
     WORKLOADS="bulk-down small"
     CONNS="1"
-    BATCHES="0 10"
+    BATCHES="0 10:buffer 10:cork 10:msg-more"
 else
     OUT=${OUT:-$ROOT/bench/results}
     BLOCKS="4096 8192 16384 32768 65536"
-    WORKLOADS="bulk-down bulk-up mtu small"
+    WORKLOADS="bulk-down bulk-up mtu mtu-up small"
     CONNS="1 64"
-    BATCHES="0 1 10 100"
+    BATCHES="0"
+    for w in 1 10 100; do
+        for m in buffer cork msg-more; do BATCHES="$BATCHES $w:$m"; done
+    done
 fi
 MTPROXY=$BUILD/mtproxy
 LOAD=$BUILD/bench/bench_load
@@ -120,34 +124,40 @@ want A && for b in $BLOCKS; do
         for wl in $WORKLOADS; do
             run "block=$b" plain "$wl" "$c"
             run "block=$b" tls "$wl" "$c"
-            [ "$b" = 16384 ] && run "block=$b" dd "$wl" "$c"
+            run "block=$b" dd "$wl" "$c"
         done
     done
     stop_proxy
 done
 
 # B. fast mode off / on / on + splice: CPU seconds per GB
-want B && for mode in off on splice; do
+want B && for mode in off on splice splice-tlscopy; do
     echo "relay.sh: fast $mode" >&2
     case $mode in
     off) start_proxy --fast-mode off --splice off ;;
     on) start_proxy --fast-mode on --splice off ;;
-    splice) start_proxy --fast-mode on --splice on ;;
+    splice) start_proxy --fast-mode on --splice on --splice-tls on ;;
+    splice-tlscopy) start_proxy --fast-mode on --splice on --splice-tls off ;;
     esac
     for wl in bulk-down bulk-up; do
-        run "fast=$mode" dd "$wl" 1
+        [ "$mode" = splice-tlscopy ] || run "fast=$mode" dd "$wl" 1
         run "fast=$mode" tls "$wl" 1
     done
     stop_proxy
 done
 
 # C. write batching under many small messages
-want C && for w in $BATCHES; do
-    echo "relay.sh: write-batch ${w}ms" >&2
-    start_proxy --write-batch "${w}ms"
-    run "batch=$w" dd small 64 --window 4
-    run "batch=$w" tls small 64 --window 4
-    run "batch=$w" dd trickle 64 --interval-ms 1
+want C && for wm in $BATCHES; do
+    w=${wm%%:*}
+    m=buffer
+    [ "$wm" = "$w" ] || m=${wm#*:}
+    echo "relay.sh: write-batch ${w}ms mode $m" >&2
+    start_proxy --write-batch "${w}ms" --write-batch-mode "$m"
+    label="batch=$w"
+    [ "$w" = 0 ] || label="batch=$w:$m"
+    run "$label" dd small 64 --window 4
+    run "$label" tls small 64 --window 4
+    run "$label" dd trickle 64 --interval-ms 1
     stop_proxy
 done
 

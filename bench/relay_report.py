@@ -135,13 +135,14 @@ def relay(out):
         for client in ("dd", "tls"):
             for wl in ("bulk-down", "bulk-up"):
                 base = med(r["cpu_s_per_gb"] for r in g.get(("fast=off", client, wl), [])) or 0
-                for mode in ("off", "on", "splice"):
+                for mode in ("off", "on", "splice-tlscopy", "splice"):
                     cell = g.get(("fast=" + mode, client, wl), [])
                     if not cell:
                         continue
                     c = med(r["cpu_s_per_gb"] for r in cell)
                     col = "mb_s_down" if wl == "bulk-down" else "mb_s_up"
                     body.append([client, wl, {"off": "off", "on": "on, splice off",
+                                              "splice-tlscopy": "on + splice, splice-tls off",
                                               "splice": "on + splice"}[mode],
                                  f1(med(r[col] for r in cell)), f2(c),
                                  f2(c / base) if base else "",
@@ -158,9 +159,16 @@ def relay(out):
     bt = [r for r in rs if r["label"].startswith("batch=")]
     if bt:
         body = []
+
+        def window(label):  # "batch=10:cork" -> (10, "cork"); "batch=0" -> (0, "")
+            w, _, m = label[6:].partition(":")
+            return int(w), m
+
         for key, g in sorted(group(bt, ["label", "client", "workload"]).items(),
-                             key=lambda kv: (kv[0][2], kv[0][1], int(kv[0][0][6:]))):
-            body.append([key[0][6:], key[1], key[2], f1(med(float(r["msgs"]) / float(r["seconds"])
+                             key=lambda kv: (kv[0][2], kv[0][1], window(kv[0][0]))):
+            w, m = window(key[0])
+            body.append([w, m or "-", key[1], key[2],
+                         f1(med(float(r["msgs"]) / float(r["seconds"])
                                                     for r in g)),
                          f2(med(r["mb_s_down"] for r in g)), f1(med(r["lat_p50_us"] for r in g)),
                          f1(med(r["lat_p99_us"] for r in g)),
@@ -172,7 +180,7 @@ def relay(out):
             f.write("# Write batching (bench/relay.sh): 200-byte messages echoed, 64 connections; "
                     "small: 4 in flight each (lock-step); trickle: one sent per ms per connection "
                     "without waiting\n\n")
-            f.write(table(["write-batch ms", "client", "workload", "messages/s", "MB/s each way",
+            f.write(table(["write-batch ms", "write-batch-mode", "client", "workload", "messages/s", "MB/s each way",
                            "RTT p50 us", "RTT p99 us", "writes/MB", "reads/MB", "proxy CPU s/GB",
                            "runs"], body))
     # D/E. handshakes and dc pool

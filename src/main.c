@@ -207,13 +207,13 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     }
     log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
              "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "
-             "spliced %llu block_waits %llu accept_fd_limit %llu accept_pauses %llu",
+             "spliced %llu pipe_full %llu block_waits %llu accept_fd_limit %llu accept_pauses %llu",
              (unsigned long long)s.accepted, (unsigned long long)s.active,
              (unsigned long long)s.handshakes, (unsigned long long)s.dc_connects,
              (unsigned long long)s.dc_connect_fails, (unsigned long long)s.bytes_up,
              (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
              (unsigned long long)s.writes, (unsigned long long)s.spliced,
-             (unsigned long long)s.block_waits, fd_limit, pauses);
+             (unsigned long long)s.pipe_full, (unsigned long long)s.block_waits, fd_limit, pauses);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu",
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays);

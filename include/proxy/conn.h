@@ -69,6 +69,13 @@ struct conn_side {
     size_t piped;                /* of those, bytes in the pipe (splice path) */
     int pipe_r, pipe_w;          /* a pooled pipe while bytes are spliced to this side; or -1 */
     struct arena_block *spare;   /* buffers = per-connection: the block this side owns */
+    uint32_t rec_left;           /* tls_frame: payload of the current record still in the pipe */
+    uint8_t rec_hdr[5];          /* tls_frame: the current record's header ... */
+    uint8_t rec_hdr_left;        /* ... of which the last rec_hdr_left bytes are not written */
+    uint8_t tls_frame;           /* piped bytes leave in TLS records (ee download, splice-tls) */
+    uint8_t pipe_full;           /* the pipe took no more (out of slots): stop reading the
+                                  * source until the pipe drains */
+    uint8_t corked;              /* write-batch cork/msg-more: held in the kernel until the timer */
     uint8_t rd_eof;              /* read returned 0 */
     uint8_t wr_shut;             /* shutdown(SHUT_WR) done */
 };
@@ -122,6 +129,7 @@ struct proxy_stats {
     _Atomic uint64_t bytes_up, bytes_down;
     _Atomic uint64_t reads, writes;    /* relay read(2)/writev(2)/splice(2) calls */
     _Atomic uint64_t spliced;          /* bytes moved by splice */
+    _Atomic uint64_t pipe_full;        /* splice found a pipe out of slots: reading paused */
     _Atomic uint64_t block_waits;      /* times a connection waited for a buffer block */
     _Atomic uint64_t tls_handshakes;   /* FakeTLS hellos answered */
     _Atomic uint64_t rejected;         /* clients we would not serve (then masked or held) */

@@ -23,6 +23,13 @@ enum opt_dc_family { OPT_DC_ANY = 0 };
 
 /* Everything the proxy is configured with. Immutable once workers start; a reload builds a
  * new one and swaps the pointer (later issue). */
+/* How a write-batch window holds writes (see write-batch-mode). */
+enum write_batch_mode {
+    WB_BUFFER = 0, /* in user space, one writev when the window closes (TCP_NODELAY) */
+    WB_CORK = 1,   /* written at once into a TCP_CORK'ed socket, uncorked when it closes */
+    WB_MORE = 2,   /* written at once with MSG_MORE, pushed (TCP_NODELAY) when it closes */
+};
+
 struct options {
     struct sock_addr listen[OPT_MAX_LISTEN];
     int nlisten;
@@ -47,8 +54,10 @@ struct options {
     int tls_appdata_min, tls_appdata_max;
     size_t replay_cache;      /* bytes; 0 = off */
     int splice;
+    int splice_tls;
     int dc_pool;
     unsigned write_batch_ms;
+    int write_batch_mode; /* enum write_batch_mode */
     int buffers; /* 0 pooled, 1 per-connection */
 
     int workers; /* 0 = one per core */

@@ -835,6 +835,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(reads);
     ADD(writes);
     ADD(spliced);
+    ADD(pipe_full);
     ADD(block_waits);
     ADD(tls_handshakes);
     ADD(rejected);

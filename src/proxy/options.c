@@ -87,6 +87,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL}
 static const char *const proxy_protocols[] = {"off", "v1", "v2", NULL};
 static const char *const ext_orders[] = {"key-share-first", "versions-first", NULL};
 static const char *const buffer_modes[] = {"pooled", "per-connection", NULL};
+static const char *const batch_modes[] = {"buffer", "cork", "msg-more", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -169,6 +170,10 @@ const struct config_option options_table[] = {
      .help = "In fast mode, move download bytes for plain and dd clients from the DC socket to "
      "the client socket with splice(2) through a pipe, never through user space. Pipes are "
      "lent per connection only while bytes are in flight (at most 64 per worker)."},
+    {.name = "splice-tls", .type = CFG_BOOL, .offset = OFF(splice_tls), .def = "on",
+     .arg = "on|off", .help = "With splice on, splice the download for ee (FakeTLS) clients "
+     "too, writing each TLS record header to the client socket between spliced chunks. off: "
+     "ee downloads are read into user space and written with their headers by writev(2)."},
     {.name = "dc-pool", .type = CFG_INT, .offset = OFF(dc_pool), .def = "0", .min = 0,
      .max = 64, .arg = "N", .help = "Pre-connected TCP sockets kept per DC per worker (0 = off). "
      "No header is sent until a client claims one, so its first bytes reach the DC without "
@@ -198,6 +203,12 @@ const struct config_option options_table[] = {
      .max = 1000, .arg = "DURATION", .help = "Hold writes smaller than a block for up to this "
      "long to coalesce them into fewer, larger writes (0 = write at once). Adds up to this much "
      "latency; see BENCHMARKS.md for what it buys."},
+    {.name = "write-batch-mode", .type = CFG_ENUM, .offset = OFF(write_batch_mode),
+     .def = "buffer", .names = batch_modes, .arg = "buffer|cork|msg-more", .help = "How "
+     "write-batch holds writes. buffer: in the proxy, one writev(2) when the window closes. "
+     "cork: written to the kernel at once on a TCP_CORK'ed socket, uncorked when the window "
+     "closes. msg-more: written at once with MSG_MORE, pushed when the window closes. cork "
+     "and msg-more also hold spliced bytes."},
     {.name = "buffer-memory", .type = CFG_SIZE, .offset = OFF(buffer_memory), .def = "256M",
      .min = 0, .arg = "BYTES", .help = "Cap on relay buffer memory for the whole process "
      "(0 = none). When reached, connections wait for a free block and accepting pauses."},

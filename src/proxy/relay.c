@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -39,13 +42,15 @@ void relay_watch(struct conn *c)
 {
     size_t max = c->pw->opt->max_buffer;
     unsigned ce = 0, de = 0;
-    if (!c->cli.rd_eof && c->dc.queued < max && !c->waiting_block)
+    if (!c->cli.rd_eof && c->dc.queued < max && !c->dc.pipe_full && !c->waiting_block)
         ce |= EV_READ;
-    if (!c->dc.rd_eof && c->cli.queued < max && !c->waiting_block)
+    if (!c->dc.rd_eof && c->cli.queued < max && !c->cli.pipe_full && !c->waiting_block)
         de |= EV_READ;
-    if (c->cli.queued && !c->batched) /* a batched write waits for the batch timer */
+    /* write-batch-mode buffer: a batched write waits for the batch timer */
+    int hold = c->batched && c->pw->opt->write_batch_mode == WB_BUFFER;
+    if (c->cli.queued && !hold)
         ce |= EV_WRITE;
-    if (c->dc.queued && !c->batched)
+    if (c->dc.queued && !hold)
         de |= EV_WRITE;
     side_watch(c, &c->cli, ce);
     side_watch(c, &c->dc, de);
@@ -180,14 +185,53 @@ void waiters_wake(struct proxy_worker *pw)
 
 /* --- relay ----------------------------------------------------------------------------- */
 
+/* tls_frame: writes (what is left of) the header of the record that starts the pipe,
+ * choosing its length first if no record is open. Returns 1 when the header is out, 0 when
+ * the socket is full, -1 on error (errno set). */
+static int record_header_flush(struct proxy_worker *pw, struct conn_side *s)
+{
+    if (!s->rec_left) {
+        size_t len = s->piped < FAKETLS_MAX_PAYLOAD ? s->piped : FAKETLS_MAX_PAYLOAD;
+        faketls_record_header(s->rec_hdr, len);
+        s->rec_left = (uint32_t)len;
+        s->rec_hdr_left = FAKETLS_RECORD_HDR_LEN;
+    }
+    while (s->rec_hdr_left) {
+        /* MSG_MORE: the header waits for the payload spliced right after it */
+        ssize_t w = send(s->fd, s->rec_hdr + FAKETLS_RECORD_HDR_LEN - s->rec_hdr_left,
+                         s->rec_hdr_left, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
+        STAT_INC(&pw->stats.writes);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        }
+        s->rec_hdr_left -= (uint8_t)w;
+    }
+    return 1;
+}
+
 /* Writes what is queued to side s. Returns 0, or -1 if the connection was closed. Once the
  * queue drains and the opposite side has ended, s is shut for writing (half-close). */
 int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
 {
     struct proxy_worker *pw = c->pw;
+    int more = s->corked && pw->opt->write_batch_mode == WB_MORE;
     while (s->piped) {
-        ssize_t w = splice(s->pipe_r, NULL, s->fd, NULL, s->piped,
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        size_t len = s->piped;
+        unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (more ? SPLICE_F_MORE : 0);
+        if (s->tls_frame) { /* header, payload, header, payload, ... */
+            int r = record_header_flush(pw, s);
+            if (r <= 0) {
+                if (r == 0)
+                    return 0;
+                return conn_close(c, CR_CLIENT_CLOSED);
+            }
+            len = s->rec_left;
+            if (s->piped > len)
+                flags |= SPLICE_F_MORE; /* the next record follows at once */
+        }
+        ssize_t w = splice(s->pipe_r, NULL, s->fd, NULL, len, flags);
         STAT_INC(&pw->stats.writes);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -198,6 +242,9 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
         }
         s->piped -= (size_t)w;
         s->queued -= (size_t)w;
+        s->pipe_full = 0;
+        if (s->tls_frame)
+            s->rec_left -= (uint32_t)w;
     }
     if (s->pipe_r >= 0)
         pipe_give(pw, s); /* drained: an idle connection holds no pipe */
@@ -210,7 +257,7 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
             n++;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
         STAT_INC(&pw->stats.writes);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -270,13 +317,10 @@ int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Writes dst now, or, with write-batch on and less than a block queued, leaves the bytes for
- * the worker's batch timer so that several small reads leave in one write. */
-static int flush_or_batch(struct conn *c, struct conn_side *dst, struct conn_side *src)
+/* Puts c on the worker's batch list, starting the window if none is open. */
+static void batch_join(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    if (!pw->opt->write_batch_ms || dst->piped || dst->queued >= pw->arena.block_size)
-        return side_flush(c, dst, src);
     if (!c->batched) {
         c->batched = 1;
         c->batch_next = pw->batch;
@@ -286,7 +330,47 @@ static int flush_or_batch(struct conn *c, struct conn_side *dst, struct conn_sid
             ev_timer_start(pw->w->loop, &pw->batch_timer);
         }
     }
-    return 0;
+}
+
+/* Writes dst now, or holds the bytes until the worker's batch timer so that several small
+ * reads leave in fewer, fuller segments: write-batch-mode buffer keeps less than a block in
+ * user space; cork and msg-more write at once into a socket told to hold partial segments. */
+static int flush_or_batch(struct conn *c, struct conn_side *dst, struct conn_side *src)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct options *o = pw->opt;
+    if (!o->write_batch_ms)
+        return side_flush(c, dst, src);
+    if (o->write_batch_mode == WB_BUFFER) {
+        if (dst->piped || dst->queued >= pw->arena.block_size)
+            return side_flush(c, dst, src);
+        batch_join(c);
+        return 0;
+    }
+    if (!dst->corked) {
+        int one = 1;
+        if (o->write_batch_mode == WB_CORK)
+            setsockopt(dst->fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+        dst->corked = 1;
+        batch_join(c);
+    }
+    return side_flush(c, dst, src);
+}
+
+/* Window closed: lets the kernel send what a corked side holds (clearing TCP_CORK, or setting
+ * TCP_NODELAY, pushes partial segments). */
+static void side_uncork(struct conn *c, struct conn_side *s)
+{
+    if (!s->corked)
+        return;
+    s->corked = 0;
+    if (s->fd < 0)
+        return;
+    int zero = 0, one = 1;
+    if (c->pw->opt->write_batch_mode == WB_CORK)
+        setsockopt(s->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    else
+        setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
 static void relay_settle(struct conn *c);
@@ -300,6 +384,8 @@ static void on_batch_timer(struct ev_loop *loop, ev_timer *t, int revents)
         next = c->batch_next;
         c->batch_next = NULL;
         c->batched = 0;
+        side_uncork(c, &c->dc);
+        side_uncork(c, &c->cli);
         if (side_flush(c, &c->dc, &c->cli) || side_flush(c, &c->cli, &c->dc))
             continue; /* closed */
         relay_settle(c);
@@ -350,8 +436,9 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             break;
         /* Zero-copy path: only for bytes that need no transformation, and never while
          * blocks are queued to dst (the pipe and the block queue must not interleave). */
-        if (c->splice && !dec && !enc && !d->tls_in && !d->tls_out && !dst->qhead &&
-            (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
+        if (c->splice && !dec && !enc && !d->tls_in && (!d->tls_out || pw->opt->splice_tls) &&
+            !dst->qhead && (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
+            dst->tls_frame = (uint8_t)d->tls_out; /* headers go between spliced chunks */
             size_t room = max - dst->queued;
             if (room > (size_t)pw->pipe_size - dst->piped)
                 room = (size_t)pw->pipe_size - dst->piped;
@@ -365,7 +452,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
                 STAT_ADD(stat_bytes, (uint64_t)n);
                 STAT_ADD(&pw->stats.spliced, (uint64_t)n);
                 c->last_io = ev_now(pw->w->loop);
-                if (side_flush(c, dst, src))
+                if (flush_or_batch(c, dst, src))
                     return -1;
                 if ((size_t)n < room)
                     break;
@@ -378,6 +465,15 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
                 break;
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                /* Nothing to read, or the pipe is full: out of slots before out of bytes
+                 * (a slot holds one page-sized piece of a segment). Only the latter must
+                 * stop reading src until the pipe drains, else a readable src would spin
+                 * the loop. */
+                int avail = 0;
+                if (dst->piped && ioctl(src->fd, FIONREAD, &avail) == 0 && avail > 0) {
+                    dst->pipe_full = 1;
+                    STAT_INC(&pw->stats.pipe_full);
+                }
                 if (!dst->piped)
                     pipe_give(pw, dst);
                 break;

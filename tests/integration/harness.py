@@ -220,10 +220,10 @@ class Proc:
 class FakeDC(Proc):
     """fake_dc with listeners given as [(id, mode)]; .port[id] is each listener's port."""
 
-    def __init__(self, bins, workdir, listeners, name="fake_dc", ports=None):
+    def __init__(self, bins, workdir, listeners, name="fake_dc", ports=None, extra=()):
         ports = ports or free_ports(len(listeners))
         self.port = {}
-        argv = EMULATOR + [bins["fake_dc"]]
+        argv = EMULATOR + [bins["fake_dc"]] + list(extra)
         for (lid, mode), port in zip(listeners, ports):
             argv += ["--listen", f"127.0.0.1:{port},{lid},{mode}"]
             self.port[lid] = port

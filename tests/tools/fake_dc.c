@@ -34,7 +34,9 @@
  *     (at close; fnv = FNV-1a 64 of all bytes received, head = hex of the first 256)
  *   IDLECLOSE listener=ID ms=MS
  * --quiet keeps only READY and REQ_PQ_MULTI. --timeout (default 120) bounds every wait of
- * a connection for its peer.
+ * a connection for its peer. --chunk BYTES: the test protocol's download leaves in sends of
+ * at most BYTES (TCP_NODELAY is on), so the proxy receives it in small segments as from a DC
+ * across a real network (loopback otherwise coalesces it into 64 KiB segments).
  */
 
 #define MAX_LISTENERS 64
@@ -65,6 +67,7 @@ struct dc_conn {
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool quiet;
 static int conn_timeout_s = 120;
+static size_t send_chunk; /* --chunk: most bytes per send() of the download, 0 = all */
 
 /* Prints one event line and flushes; important lines ignore --quiet. */
 static void emit(bool important, const char *fmt, ...) {
@@ -235,7 +238,10 @@ static void run_test(struct dc_conn *c) {
             }
         }
         if ((pfd.revents & (POLLOUT | POLLHUP)) && soff < slen) {
-            ssize_t w = send(c->fd, sbuf + soff, slen - soff, MSG_NOSIGNAL);
+            size_t k = slen - soff;
+            if (send_chunk && k > send_chunk)
+                k = send_chunk;
+            ssize_t w = send(c->fd, sbuf + soff, k, MSG_NOSIGNAL);
             if (w > 0) {
                 soff += (size_t)w;
             } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
@@ -553,7 +559,7 @@ static void *conn_main(void *arg) {
 static void usage(void) {
     fprintf(stderr, "usage: fake_dc --listen "
                     "ADDR:PORT[,ID[,normal|reset|stall|close|echo|idleclose:MS]] "
-                    "[--listen ...] [--quiet] [--timeout SECONDS]\n");
+                    "[--listen ...] [--quiet] [--timeout SECONDS] [--chunk BYTES]\n");
     exit(2);
 }
 
@@ -630,6 +636,11 @@ int main(int argc, char **argv) {
             conn_timeout_s = atoi(argv[++i]);
             if (conn_timeout_s <= 0)
                 usage();
+        } else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) {
+            int k = atoi(argv[++i]);
+            if (k <= 0)
+                usage();
+            send_chunk = (size_t)k;
         } else {
             usage();
         }

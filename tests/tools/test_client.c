@@ -15,7 +15,7 @@
 /*
  * Usage: test_client --proxy HOST:PORT --secret SECRET --tag ef|ee|dd --dc N --up BYTES
  *          --down BYTES [--seed S] [--conns N] [--expect-id ID] [--expect-dc N]
- *          [--close-halfway] [--slow-read BYTES_PER_SEC] [--timeout SECONDS]
+ *          [--close-halfway] [--slow-read BYTES_PER_SEC] [--rcvbuf BYTES] [--timeout SECONDS]
  *          [--rst-after-trailer] [--hold SECONDS] [--events] [--direct]
  *          [--tls-split N] [--tls-records N] [--tls-time-offset SECONDS] [--tls-wrong-key]
  *          [--tls-sni NAME] [--tls-save-hello FILE] [--tls-replay-hello FILE]
@@ -62,6 +62,7 @@ struct opts {
     int16_t expect_dc;
     bool close_halfway;
     uint64_t slow_read; /* bytes per second, 0 = unlimited */
+    int rcvbuf;         /* SO_RCVBUF before connect (with --slow-read: the proxy feels it) */
     int timeout_s;
     bool rst_after_trailer;
     int hold_s;
@@ -253,6 +254,8 @@ static int connect_to(const struct opts *o, int64_t deadline, struct result *r) 
     tn_set_nonblock(fd);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (o->rcvbuf)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &o->rcvbuf, sizeof(o->rcvbuf));
     if (connect(fd, (const struct sockaddr *)&o->addr, o->addrlen) != 0 && errno != EINPROGRESS) {
         fail(r, "connect: %s", strerror(errno));
         close(fd);
@@ -740,7 +743,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: test_client --proxy HOST:PORT --secret SECRET --tag ef|ee|dd --dc N "
             "--up BYTES --down BYTES [--seed S] [--conns N] [--expect-id ID] [--expect-dc N] "
-            "[--close-halfway] [--slow-read BPS] [--timeout S] [--rst-after-trailer] "
+            "[--close-halfway] [--slow-read BPS] [--rcvbuf BYTES] [--timeout S] [--rst-after-trailer] "
             "[--hold S] [--events] [--direct] [--tls-split N] [--tls-records N] "
             "[--tls-time-offset S] [--tls-wrong-key] [--tls-sni NAME] [--tls-save-hello FILE] "
             "[--tls-replay-hello FILE]\n");
@@ -838,6 +841,8 @@ int main(int argc, char **argv) {
                 o.expect_dc_set = true;
             } else if (strcmp(a, "--slow-read") == 0)
                 o.slow_read = parse_u64(v, "slow-read");
+            else if (strcmp(a, "--rcvbuf") == 0)
+                o.rcvbuf = (int)parse_long(v, "rcvbuf", 1024, 1 << 26);
             else if (strcmp(a, "--timeout") == 0)
                 o.timeout_s = (int)parse_long(v, "timeout", 1, 3600);
             else if (strcmp(a, "--hold") == 0)
