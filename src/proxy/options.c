@@ -167,9 +167,9 @@ const struct config_option options_table[] = {
      "stream, so an observer who sees both legs could link them (MTProto content stays "
      "end-to-end encrypted)."},
     {.name = "splice", .type = CFG_BOOL, .offset = OFF(splice), .def = "on", .arg = "on|off",
-     .help = "In fast mode, move download bytes for plain and dd clients from the DC socket to "
-     "the client socket with splice(2) through a pipe, never through user space. Pipes are "
-     "lent per connection only while bytes are in flight (at most 64 per worker)."},
+     .help = "In fast mode, move download bytes from the DC socket to the client socket with "
+     "splice(2) through a pipe, never through user space (ee clients: see splice-tls). Pipes "
+     "are lent per connection only while bytes are in flight (at most 64 per worker)."},
     {.name = "splice-tls", .type = CFG_BOOL, .offset = OFF(splice_tls), .def = "on",
      .arg = "on|off", .help = "With splice on, splice the download for ee (FakeTLS) clients "
      "too, writing each TLS record header to the client socket between spliced chunks. off: "
