@@ -103,6 +103,21 @@ def test_small_segments_slow_reader_no_spin(procs, splice_tls):
         assert s["pipe_full"] > 0, s
 
 
+@pytest.mark.parametrize("mode", ["buffer", "cork", "msg-more"])
+def test_write_batch_modes_every_byte(procs, mode):
+    # Each way of holding writes for a batch window (user space, TCP_CORK, MSG_MORE) delivers
+    # every byte, for spliced and copied paths, and the window really holds: a lone small
+    # exchange takes at least one window.
+    env = FastEnv(procs, ["--write-batch", "200ms", "--write-batch-mode", mode])
+    for name, secret, tag in env.kinds():
+        res = env.client(tag, 2, MB, 2 * MB, "--conns", 3, secret=secret, timeout=60)
+        assert_ok(res)
+        assert res["up_total"] == 3 * MB and res["down_total"] == 6 * MB, (name, res)
+    t0 = time.monotonic()
+    assert_ok(env.client("dd", 2, 100, 100, secret=env.dd))
+    assert time.monotonic() - t0 >= 0.2
+
+
 def test_tiny_rcvbuf_upload(procs):
     env = FastEnv(procs, ["--rcvbuf", "4096"])
     res = env.client("ef", 2, 8 * MB, 1000, "--timeout", 6, secret=env.plain)
