@@ -18,7 +18,9 @@
 # 64 connections with 4 messages in flight each (lock-step echo), and 64 connections each
 # sending one message per ms without waiting for echoes (trickle: a stream a window coalesces).
 # D. handshakes per second (plain, dd, ee; 16 in flight). E. connect to first DC byte,
-# dc-pool 0 vs 2 (dd, one handshake at a time). Medians of --repeat runs.
+# dc-pool 0 vs 2 (dd, one handshake at a time). F. socket buffers: sndbuf = rcvbuf = 0 (kernel
+# default, autotuned), 64k, 256k, 1M on every proxy socket; dd and ee, bulk down and up, 1 and
+# 64 connections. Medians of --repeat runs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_RUN=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --port) PORT=$2; shift ;;
-    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "relay.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -51,11 +53,13 @@ if [ "$QUICK" = 1 ]; then
     WORKLOADS="bulk-down small"
     CONNS="1"
     BATCHES="0 10:buffer 10:cork 10:msg-more"
+    SOCKBUFS="0 256k"
 else
     OUT=${OUT:-$ROOT/bench/results}
     BLOCKS="4096 8192 16384 32768 65536"
     WORKLOADS="bulk-down bulk-up mtu mtu-up small"
     CONNS="1 64"
+    SOCKBUFS="0 64k 256k 1M"
     BATCHES="0"
     for w in 1 10 100; do
         for m in buffer cork msg-more; do BATCHES="$BATCHES $w:$m"; done
@@ -187,12 +191,27 @@ want E && for pool in 0 2; do
     done
 done
 
+# F. socket buffers (SO_SNDBUF / SO_RCVBUF on the proxy's sockets)
+want F && for sb in $SOCKBUFS; do
+    echo "relay.sh: sndbuf = rcvbuf = $sb" >&2
+    start_proxy --sndbuf "$sb" --rcvbuf "$sb"
+    for c in $CONNS; do
+        for wl in bulk-down bulk-up; do
+            run "sockbuf=$sb" dd "$wl" "$c"
+            run "sockbuf=$sb" tls "$wl" "$c"
+        done
+    done
+    stop_proxy
+done
+
+[ -z "$ONLY" ] && : >"$OUT/relay-info.txt" # --only runs add their lines to the full run's
 {
+    echo "sections: ${ONLY:-all}"
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "cpus: $(nproc); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "repeat: $REPEAT, seconds per run: $SECONDS_RUN"
-} >"$OUT/relay-info.txt"
+} >>"$OUT/relay-info.txt"
 python3 "$ROOT/bench/relay_report.py" "$OUT"
 echo "relay.sh: results in $OUT ($FAILED failed runs)" >&2
 [ "$FAILED" = 0 ]

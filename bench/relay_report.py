@@ -183,6 +183,28 @@ def relay(out):
             f.write(table(["write-batch ms", "write-batch-mode", "client", "workload", "messages/s", "MB/s each way",
                            "RTT p50 us", "RTT p99 us", "writes/MB", "reads/MB", "proxy CPU s/GB",
                            "runs"], body))
+    # F. socket buffers
+    sb = [r for r in rs if r["label"].startswith("sockbuf=")]
+    if sb:
+        def size(label):  # "sockbuf=256k" -> 262144 (0 = kernel default)
+            v = label[8:]
+            return int(v[:-1]) << {"k": 10, "M": 20}[v[-1]] if v[-1] in "kM" else int(v)
+
+        body = []
+        for key, g in sorted(group(sb, ["label", "client", "workload", "conns"]).items(),
+                             key=lambda kv: (kv[0][1], kv[0][2], int(kv[0][3]),
+                                             size(kv[0][0]))):
+            col = "mb_s_up" if key[2].endswith("up") else "mb_s_down"
+            body.append([key[0][8:] if key[0] != "sockbuf=0" else "0 (kernel, autotuned)",
+                         key[1], key[2], key[3], f1(med(r[col] for r in g)),
+                         f2(med(r["cpu_s_per_gb"] for r in g)),
+                         f1(med(r["reads_per_mb"] for r in g)),
+                         f1(med(r["writes_per_mb"] for r in g)), len(g)])
+        with open(os.path.join(out, "sockbuf.md"), "w") as f:
+            f.write("# Socket buffers (bench/relay.sh): SO_SNDBUF = SO_RCVBUF on every proxy "
+                    "socket, 16 KiB blocks, one worker\n\n")
+            f.write(table(["sndbuf = rcvbuf", "client", "workload", "conns", "MB/s",
+                           "proxy CPU s/GB", "reads/MB", "writes/MB", "runs"], body))
     # D/E. handshakes and dc pool
     hs = [r for r in rs if r["label"] == "handshake"]
     pool = [r for r in rs if r["label"].startswith("pool=")]
