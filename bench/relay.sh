@@ -102,7 +102,7 @@ run() {
     local label=$1 client=$2 wl=$3 conns=$4
     shift 4
     for _ in $(seq "$REPEAT"); do
-        timeout 120 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "${SECRET[$client]}" \
+        timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "${SECRET[$client]}" \
             --client "$client" --workload "$wl" --conns "$conns" --seconds "$SECONDS_RUN" \
             --proxy-pid "$PROXY_PID" --proxy-log "$WORK/proxy.log" --label "$label" \
             --csv "$CSV" --quiet "$@" || fail "run failed: $label $client $wl $conns"
@@ -179,7 +179,7 @@ fi
 want E && for pool in 0 2; do
     echo "relay.sh: dc-pool $pool" >&2
     for _ in $(seq "$REPEAT"); do
-        timeout 120 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "${SECRET[dd]}" \
+        timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "${SECRET[dd]}" \
             --client dd --workload handshake --concurrency 1 --seconds "$SECONDS_RUN" \
             --pre-wait 1.5 --proxy-pidfile "$WORK/proxy.pid" --proxy-log "$WORK/proxy.log" \
             --label "pool=$pool" --csv "$CSV" --quiet &

@@ -232,7 +232,7 @@ run_args() {
     if [ "$QUICK" = 1 ]; then echo "--quick"; else echo "--repeat $REPEAT --duration $DURATION"; fi
 }
 
-# Relay, crypto bound, replay cache, fast path, batching, handshakes, DC pool (bench/relay.sh)
+# Relay, crypto bound, replay cache, fast path, batching, socket buffers, handshakes, DC pool (bench/relay.sh)
 # and memory per connection (bench/memory.sh): each script builds what it needs in BUILD.
 step_relay() {
     [ "$PLOT_ONLY" = 1 ] && return 0
