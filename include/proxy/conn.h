@@ -69,10 +69,10 @@ struct conn_side {
     size_t piped;                /* of those, bytes in the pipe (splice path) */
     int pipe_r, pipe_w;          /* a pooled pipe while bytes are spliced to this side; or -1 */
     struct arena_block *spare;   /* buffers = per-connection: the block this side owns */
-    uint32_t rec_left;           /* tls_frame: payload of the current record still in the pipe */
-    uint8_t rec_hdr[5];          /* tls_frame: the current record's header ... */
-    uint8_t rec_hdr_left;        /* ... of which the last rec_hdr_left bytes are not written */
-    uint8_t tls_frame;           /* piped bytes leave in TLS records (ee download, splice-tls) */
+    uint32_t rec_left;           /* ee client side, splice-tls: payload of the current TLS
+                                  * record still in the pipe ... */
+    uint8_t rec_hdr_left;        /* ... and bytes of its header not yet written (while any
+                                  * are, rec_left is still the whole record's length) */
     uint8_t pipe_full;           /* the pipe took no more (out of slots): stop reading the
                                   * source until the pipe drains */
     uint8_t corked;              /* write-batch cork/msg-more: held in the kernel until the timer */

@@ -185,20 +185,27 @@ void waiters_wake(struct proxy_worker *pw)
 
 /* --- relay ----------------------------------------------------------------------------- */
 
-/* tls_frame: writes (what is left of) the header of the record that starts the pipe,
- * choosing its length first if no record is open. Returns 1 when the header is out, 0 when
- * the socket is full, -1 on error (errno set). */
+/* Piped bytes toward an ee client leave in TLS records (only its side gets a pipe for them,
+ * with splice-tls on; a fronted connection has tls cleared). */
+static int side_records(const struct conn *c, const struct conn_side *s)
+{
+    return c->tls && s == &c->cli;
+}
+
+/* Records: writes (what is left of) the header of the record that starts the pipe, choosing
+ * its length first if no record is open. Returns 1 when the header is out, 0 when the socket
+ * is full, -1 on error (errno set). */
 static int record_header_flush(struct proxy_worker *pw, struct conn_side *s)
 {
     if (!s->rec_left) {
-        size_t len = s->piped < FAKETLS_MAX_PAYLOAD ? s->piped : FAKETLS_MAX_PAYLOAD;
-        faketls_record_header(s->rec_hdr, len);
-        s->rec_left = (uint32_t)len;
+        s->rec_left = (uint32_t)(s->piped < FAKETLS_MAX_PAYLOAD ? s->piped : FAKETLS_MAX_PAYLOAD);
         s->rec_hdr_left = FAKETLS_RECORD_HDR_LEN;
     }
     while (s->rec_hdr_left) {
+        uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
+        faketls_record_header(hdr, s->rec_left);
         /* MSG_MORE: the header waits for the payload spliced right after it */
-        ssize_t w = send(s->fd, s->rec_hdr + FAKETLS_RECORD_HDR_LEN - s->rec_hdr_left,
+        ssize_t w = send(s->fd, hdr + FAKETLS_RECORD_HDR_LEN - s->rec_hdr_left,
                          s->rec_hdr_left, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
         STAT_INC(&pw->stats.writes);
         if (w < 0) {
@@ -217,10 +224,11 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
 {
     struct proxy_worker *pw = c->pw;
     int more = s->corked && pw->opt->write_batch_mode == WB_MORE;
+    int records = side_records(c, s);
     while (s->piped) {
         size_t len = s->piped;
         unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (more ? SPLICE_F_MORE : 0);
-        if (s->tls_frame) { /* header, payload, header, payload, ... */
+        if (records) { /* header, payload, header, payload, ... */
             int r = record_header_flush(pw, s);
             if (r <= 0) {
                 if (r == 0)
@@ -243,7 +251,7 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
         s->piped -= (size_t)w;
         s->queued -= (size_t)w;
         s->pipe_full = 0;
-        if (s->tls_frame)
+        if (records)
             s->rec_left -= (uint32_t)w;
     }
     if (s->pipe_r >= 0)
@@ -434,11 +442,11 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
         if (dst->queued + hdr >= max)
             break;
-        /* Zero-copy path: only for bytes that need no transformation, and never while
+        /* Zero-copy path: only for bytes that need no transformation (toward an ee client,
+         * side_flush puts a record header before each spliced record), and never while
          * blocks are queued to dst (the pipe and the block queue must not interleave). */
         if (c->splice && !dec && !enc && !d->tls_in && (!d->tls_out || pw->opt->splice_tls) &&
             !dst->qhead && (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
-            dst->tls_frame = (uint8_t)d->tls_out; /* headers go between spliced chunks */
             size_t room = max - dst->queued;
             if (room > (size_t)pw->pipe_size - dst->piped)
                 room = (size_t)pw->pipe_size - dst->piped;

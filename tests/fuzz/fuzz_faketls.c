@@ -3,6 +3,7 @@
 
 #include "crypto/crypto.h"
 #include "fuzz_common.h"
+#include "fuzz_secrets.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -18,17 +19,7 @@ static const char *const secret_texts[] = {
 static struct secret secrets[NSECRETS];
 
 static void setup(void) {
-    static int done;
-    if (done)
-        return;
-    for (size_t i = 0; i < NSECRETS; i++) {
-        char err[256];
-        if (secret_parse("s", secret_texts[i], &secrets[i], err, sizeof err) != 0) {
-            fprintf(stderr, "fuzz_faketls: bad built-in secret %zu: %s\n", i, err);
-            abort();
-        }
-    }
-    done = 1;
+    fuzz_secrets_setup("fuzz_faketls", secret_texts, secrets, NSECRETS);
 }
 
 static enum faketls_status parse_copy(const uint8_t *data, size_t len, struct faketls_hello *h) {

@@ -2,6 +2,7 @@
 #include "proto/obfs2.h"
 
 #include "fuzz_common.h"
+#include "fuzz_secrets.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -22,17 +23,7 @@ static const char *const secret_texts[] = {
 static struct secret secrets[NSECRETS];
 
 static void setup(void) {
-    static int done;
-    if (done)
-        return;
-    for (size_t i = 0; i < NSECRETS; i++) {
-        char err[256];
-        if (secret_parse("s", secret_texts[i], &secrets[i], err, sizeof err) != 0) {
-            fprintf(stderr, "fuzz_obfs2: bad built-in secret %zu: %s\n", i, err);
-            abort();
-        }
-    }
-    done = 1;
+    fuzz_secrets_setup("fuzz_obfs2", secret_texts, secrets, NSECRETS);
 }
 
 static uint32_t le32(const uint8_t *p) {

@@ -1,5 +1,6 @@
 """test_tools.py: self-checks of fake_dc and test_client talking directly (no proxy involved)."""
 import json
+import os
 import re
 import time
 
@@ -70,6 +71,21 @@ def test_loopback_guard():
                 ("example.org", 443)]:
         with pytest.raises(AssertionError):
             harness._check_loopback(bad)
+
+
+def test_no_network_but_loopback():
+    # ctest runs every socket test through tests/netns.sh: a network namespace with only
+    # loopback, so nothing a test starts can reach the real DCs of the built-in table (or any
+    # other outside address), even by mistake. Checked without dialing anything.
+    if os.environ.get("MTPROXY_IN_NETNS") != "1":
+        if os.environ.get("MTPROXY_REQUIRE_NETNS") == "1":
+            pytest.fail("not run through tests/netns.sh")
+        pytest.skip("no network namespace here (needs root, unshare, ip)")
+    with open("/proc/net/dev") as f:
+        ifaces = [line.split(":")[0].strip() for line in f.read().splitlines()[2:]]
+    assert ifaces == ["lo"]
+    with open("/proc/net/route") as f:
+        assert len(f.read().splitlines()) == 1  # the header only: no IPv4 route anywhere
 
 
 @pytest.mark.parametrize("tag", ["ef", "ee", "dd"])

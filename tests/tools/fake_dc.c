@@ -75,11 +75,7 @@ static void emit(bool important, const char *fmt, ...) {
         return;
     va_list ap;
     va_start(ap, fmt);
-    pthread_mutex_lock(&out_lock);
-    vfprintf(stdout, fmt, ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-    pthread_mutex_unlock(&out_lock);
+    tn_print_line(&out_lock, fmt, ap);
     va_end(ap);
 }
 

@@ -158,25 +158,12 @@ static enum tn_status link_read_full(struct link *lk, uint8_t *buf, size_t n, in
                                      size_t *got) {
     size_t done = 0;
     enum tn_status st = TN_OK;
-    while (done < n) {
+    while (done < n && st == TN_OK) {
         ssize_t r = link_recv(lk, buf + done, n - done);
-        if (r > 0) {
+        if (r > 0)
             done += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            st = TN_EOF;
-            break;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            st = TN_ERR;
-            break;
-        }
-        int w = tn_wait(lk->fd, POLLIN, deadline);
-        if (w <= 0) {
-            st = w < 0 ? TN_ERR : TN_TIMEOUT;
-            break;
-        }
+        else
+            st = tn_recv_wait(lk->fd, r, deadline);
     }
     if (got)
         *got = done;
@@ -202,32 +189,19 @@ static enum tn_status link_write_all(struct link *lk, const uint8_t *buf, size_t
 static enum tn_status link_drain_to_eof(struct link *lk, int64_t deadline, size_t *extra) {
     uint8_t buf[4096];
     size_t total = 0;
-    enum tn_status st;
-    for (;;) {
+    enum tn_status st = TN_OK;
+    while (st == TN_OK) {
         ssize_t r = link_recv(lk, buf, sizeof(buf));
-        if (r > 0) {
+        if (r > 0)
             total += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            st = TN_EOF;
-            if (lk->tls && (lk->in.hdr_len || lk->in.left) && !lk->in.bad) {
-                snprintf(lk->in.why, sizeof(lk->in.why), "eof inside a TLS record");
-                lk->in.bad = true;
-                errno = EPROTO;
-                st = TN_ERR;
-            }
-            break;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            st = TN_ERR;
-            break;
-        }
-        int w = tn_wait(lk->fd, POLLIN, deadline);
-        if (w <= 0) {
-            st = w < 0 ? TN_ERR : TN_TIMEOUT;
-            break;
-        }
+        else
+            st = tn_recv_wait(lk->fd, r, deadline);
+    }
+    if (st == TN_EOF && lk->tls && (lk->in.hdr_len || lk->in.left) && !lk->in.bad) {
+        snprintf(lk->in.why, sizeof(lk->in.why), "eof inside a TLS record");
+        lk->in.bad = true;
+        errno = EPROTO;
+        st = TN_ERR;
     }
     if (extra)
         *extra = total;
@@ -237,11 +211,7 @@ static enum tn_status link_drain_to_eof(struct link *lk, int64_t deadline, size_
 static void event(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    pthread_mutex_lock(&out_lock);
-    vfprintf(stdout, fmt, ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-    pthread_mutex_unlock(&out_lock);
+    tn_print_line(&out_lock, fmt, ap);
     va_end(ap);
 }
 

@@ -9,6 +9,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,35 +154,29 @@ static inline enum tn_status tn_write_all(int fd, const void *buf, size_t n, int
     return TN_OK;
 }
 
+/* After recv() on a nonblocking socket returned r <= 0: TN_EOF (r == 0), TN_ERR, TN_TIMEOUT
+ * (deadline passed while waiting), or TN_OK once fd is readable again (recv again). */
+static inline enum tn_status tn_recv_wait(int fd, ssize_t r, int64_t deadline) {
+    if (r == 0)
+        return TN_EOF;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return TN_ERR;
+    int w = tn_wait(fd, POLLIN, deadline);
+    return w < 0 ? TN_ERR : w == 0 ? TN_TIMEOUT : TN_OK;
+}
+
 /* Reads exactly n bytes of a nonblocking socket before deadline; *got = bytes read. */
 static inline enum tn_status tn_read_full(int fd, void *buf, size_t n, int64_t deadline,
                                           size_t *got) {
     uint8_t *p = buf;
     size_t done = 0;
     enum tn_status st = TN_OK;
-    while (done < n) {
+    while (done < n && st == TN_OK) {
         ssize_t r = recv(fd, p + done, n - done, 0);
-        if (r > 0) {
+        if (r > 0)
             done += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            st = TN_EOF;
-            break;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            st = TN_ERR;
-            break;
-        }
-        int w = tn_wait(fd, POLLIN, deadline);
-        if (w < 0) {
-            st = TN_ERR;
-            break;
-        }
-        if (w == 0) {
-            st = TN_TIMEOUT;
-            break;
-        }
+        else
+            st = tn_recv_wait(fd, r, deadline);
     }
     if (got)
         *got = done;
@@ -192,29 +188,26 @@ static inline enum tn_status tn_read_full(int fd, void *buf, size_t n, int64_t d
 static inline enum tn_status tn_drain_to_eof(int fd, int64_t deadline, size_t *extra) {
     uint8_t buf[4096];
     size_t total = 0;
-    for (;;) {
+    enum tn_status st = TN_OK;
+    while (st == TN_OK) {
         ssize_t r = recv(fd, buf, sizeof(buf), 0);
-        if (r > 0) {
+        if (r > 0)
             total += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            if (extra)
-                *extra = total;
-            return TN_EOF;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            if (extra)
-                *extra = total;
-            return TN_ERR;
-        }
-        int w = tn_wait(fd, POLLIN, deadline);
-        if (w <= 0) {
-            if (extra)
-                *extra = total;
-            return w < 0 ? TN_ERR : TN_TIMEOUT;
-        }
+        else
+            st = tn_recv_wait(fd, r, deadline);
     }
+    if (extra)
+        *extra = total;
+    return st;
+}
+
+/* Prints one line to stdout and flushes it, under lock: threads' lines never interleave. */
+static inline void tn_print_line(pthread_mutex_t *lock, const char *fmt, va_list ap) {
+    pthread_mutex_lock(lock);
+    vfprintf(stdout, fmt, ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(lock);
 }
 
 /* Closes with an RST (SO_LINGER {1, 0}). */
