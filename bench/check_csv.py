@@ -20,7 +20,8 @@ Checks (each may be repeated):
   --min-rows N        at least N data rows (default 1)
 With "-- COMMAND ...", COMMAND runs first (its stdout is discarded) and must exit 0; this lets a
 ctest entry run a benchmark and check its output in one test. Exit status: 0 if well-formed,
-1 if not (every problem is printed as FILE:LINE: message), 2 for bad usage.
+1 if not (every problem is printed as FILE:LINE: message), 2 for bad usage, 77 when COMMAND
+exits 77 (it cannot run here: the test is skipped, ctest's SKIP_RETURN_CODE).
 """
 import argparse
 import csv
@@ -28,6 +29,8 @@ import math
 import os
 import subprocess
 import sys
+
+SKIPPED = 77  # COMMAND's and our exit status for "cannot run here"
 import tempfile
 
 
@@ -217,6 +220,9 @@ def main(argv):
         except OSError as e:
             print("check_csv.py: cannot run %s: %s" % (command[0], e), file=sys.stderr)
             return 1
+        if rc == SKIPPED:
+            print("check_csv.py: %s: skipped" % command[0], file=sys.stderr)
+            return SKIPPED
         if rc != 0:
             print("check_csv.py: %s exited with %d" % (" ".join(command), rc), file=sys.stderr)
             return 1
@@ -290,7 +296,11 @@ def self_test():
         if run(good, ["--", sys.executable, "-c", "pass"]) != 1:
             print("self-test: a stale file passed for a command that wrote nothing")
             failures += 1
-    total = len(bad) + 3
+        # A command that cannot run here (77) skips the check rather than passing or failing it.
+        if run(good, ["--", sys.executable, "-c", "raise SystemExit(77)"]) != SKIPPED:
+            print("self-test: a command's skip (77) was not passed on")
+            failures += 1
+    total = len(bad) + 4
     print("%d passed, %d failed" % (total - failures, failures))
     return 1 if failures else 0
 

@@ -11,7 +11,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STEPS=(syscalls syscalls_tcp relay memory)
+STEPS=(syscalls syscalls_tcp relay memory softirq)
 
 QUICK=0
 OUT=""
@@ -252,6 +252,29 @@ step_memory() {
     for t in mtproxy bench_load; do build_target "$t"; done
     # shellcheck disable=SC2086
     "$ROOT/bench/memory.sh" $q --build-dir "$BUILD" --out "$OUT"
+}
+
+# Proxy CPU split into its own work and its loopback peers' (bench/softirq.sh): steered (root,
+# 2+ CPUs) and, when perf is installed, sampled. Quick: steered only, skipped where it cannot be.
+step_softirq() {
+    [ "$PLOT_ONLY" = 1 ] && return 0
+    local t rc=0
+    for t in mtproxy bench_load; do build_target "$t"; done
+    if [ "$QUICK" = 1 ]; then
+        "$ROOT/bench/softirq.sh" --quick --build-dir "$BUILD" --out "$OUT" || rc=$?
+        [ "$rc" = 77 ] && echo "run.sh: softirq skipped (needs root, 2 CPUs, unshare)" >&2 && rc=0
+        return "$rc"
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        "$ROOT/bench/softirq.sh" --steer --build-dir "$BUILD" --out "$OUT"
+    else
+        echo "run.sh: softirq --steer skipped (needs root)" >&2
+    fi
+    if command -v perf >/dev/null; then
+        "$ROOT/bench/softirq.sh" --build-dir "$BUILD" --out "$OUT"
+    else
+        echo "run.sh: softirq (perf) skipped: perf missing (Debian: linux-perf)" >&2
+    fi
 }
 
 step_syscalls() {
