@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "crypto/crypto.h"
 #include "pattern.h"
@@ -356,6 +358,18 @@ static int transfer(const struct opts *o, struct link *lk, struct crypto_ctr *en
         if (n <= 0)
             continue;
         if (pfd.revents & POLLERR) {
+            /* A reset that came after bytes still unread: read those first (recv reports
+             * the reset once they are gone); while throttled, wait for the reader's turn. */
+            int unread = 0;
+            if (ioctl(fd, FIONREAD, &unread) == 0 && unread > 0 && r->down_got < o->down) {
+                if (!can_read) {
+                    usleep(1000);
+                    continue;
+                }
+                pfd.revents |= POLLIN;
+            }
+        }
+        if ((pfd.revents & POLLERR) && !(pfd.revents & POLLIN)) {
             int e = 0;
             socklen_t el = sizeof(e);
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
