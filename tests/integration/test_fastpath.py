@@ -184,5 +184,5 @@ def test_dc_pool_idle_drops_replaced_never_handed_out(procs):
     assert p1["dropped"] > p0["dropped"], (p0, p1)
     assert p1["connects"] > p0["connects"], (p0, p1)
     assert p1["claims"] >= 1, (p0, p1)  # some clients really got a pooled socket
-    assert env.dc.wait_line(r"^DONE listener=2 up_ok=20000 mismatch=none$", 5)
-    assert len(env.dc.matching(r"^DONE listener=2 up_ok=20000 mismatch=none$")) == 20
+    done = r"^DONE listener=2 up_ok=20000 mismatch=none$"
+    assert wait_until(lambda: len(env.dc.matching(done)) == 20, 5), len(env.dc.matching(done))

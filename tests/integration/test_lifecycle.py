@@ -2,7 +2,7 @@
 import signal
 import time
 
-from harness import Std, T, assert_ok
+from harness import Std, T, assert_ok, wait_until
 
 HELLO = r'^\{"event":"hello","conn":(\d+)'
 
@@ -43,8 +43,7 @@ def test_sigterm_with_live_connections(procs):
                            "--conns", 3, "--timeout", 90, name="held")
     for i in range(3):
         assert held.wait_line(HELLO, 5), "held clients did not get their hello"
-    time.sleep(0.3)
-    assert len(held.matching(HELLO)) == 3
+    assert wait_until(lambda: len(held.matching(HELLO)) == 3, 5), held.matching(HELLO)
     rc, secs = env.proxy.stop(signal.SIGTERM, timeout=10)
     assert rc == 0, f"mtproxy exited with {rc} on SIGTERM"
     assert secs < T(5), f"mtproxy took {secs:.1f} s to exit"
