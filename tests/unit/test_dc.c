@@ -1,6 +1,7 @@
 /* test_dc.c: the DC table: built-ins, dc-line overrides, address family order, id lookup. */
 #include "proxy/dc.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "loopback_guard.h"
 
 static struct options O;
 static struct config_parser P;
@@ -58,6 +61,29 @@ static void test_builtin(void **state) {
     assert_string_equal(lookup(2, &r), "149.154.167.51:443,95.161.76.100:443,"
                                        "[2001:67c:4e8:f002::a]:443");
     assert_string_equal(lookup(1, &r), "149.154.175.50:443,[2001:b28:f23d:f001::a]:443");
+}
+
+/* The built-in table holds Telegram's real addresses; this test binary (like every unit
+ * test) must never dial them. connect() on a descriptor that is not open: with the guard it
+ * fails EACCES before the kernel sees anything; without it the kernel says EBADF, and still
+ * nothing is sent. A loopback address passes through to the kernel (EBADF). */
+static void test_builtin_never_dialed(void **state) {
+    (void)state;
+    build("");
+    assert_true(T.n >= 6);
+    for (int i = 0; i < T.n; i++) {
+        assert_false(loopback_guard_allows(&T.e[i].addr.u.sa, T.e[i].addr.len));
+        errno = 0;
+        assert_int_equal(connect(-1, &T.e[i].addr.u.sa, T.e[i].addr.len), -1);
+        assert_int_equal(errno, EACCES);
+    }
+    build("dc-builtin = off\ndc = 2 127.0.0.1:1\ndc = 2 [::1]:1\ndc = 3 127.1.2.3:1\n");
+    for (int i = 0; i < T.n; i++) {
+        assert_true(loopback_guard_allows(&T.e[i].addr.u.sa, T.e[i].addr.len));
+        errno = 0;
+        assert_int_equal(connect(-1, &T.e[i].addr.u.sa, T.e[i].addr.len), -1);
+        assert_int_equal(errno, EBADF);
+    }
 }
 
 static void test_prefer_ipv6_and_only_ipv4(void **state) {
@@ -172,6 +198,7 @@ static void test_full_table(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin),
+        cmocka_unit_test(test_builtin_never_dialed),
         cmocka_unit_test(test_prefer_ipv6_and_only_ipv4),
         cmocka_unit_test(test_dc_line_replaces_builtin),
         cmocka_unit_test(test_builtin_off),
