@@ -217,6 +217,8 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu",
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays);
+    log_info("stats: acl_denied %llu acl_not_allowed %llu", (unsigned long long)s.acl_denied,
+             (unsigned long long)s.acl_not_allowed);
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
@@ -268,6 +270,9 @@ int main(int argc, char **argv)
     config_load_args(&parser, nrest, rest);
     free(rest);
     options_validate(&parser, &opt);
+    /* The access list's files are read here, so --check-config reports their bad lines. */
+    static struct acl acl;
+    acl_build(&acl, &opt, &parser.errors);
     if (parser.errors.count) {
         int shown = parser.errors.count < CONFIG_MAX_ERRORS ? parser.errors.count
                                                             : CONFIG_MAX_ERRORS;
@@ -287,9 +292,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s\nmtproxy: 1 configuration error\n", merr);
             return EXIT_CONFIG;
         }
-        printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s)\n",
+        printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
+               "access-list range%s)\n",
                opt.nlisten, opt.nlisten == 1 ? "" : "es", opt.nsecrets,
-               opt.nsecrets == 1 ? "" : "s", opt.ndcs, opt.ndcs == 1 ? "" : "s");
+               opt.nsecrets == 1 ? "" : "s", opt.ndcs, opt.ndcs == 1 ? "" : "s",
+               cidr_set_count(&acl.allow) + cidr_set_count(&acl.deny),
+               cidr_set_count(&acl.allow) + cidr_set_count(&acl.deny) == 1 ? "" : "s");
         return 0;
     }
 
@@ -355,6 +363,7 @@ int main(int argc, char **argv)
             log_error("cannot set up worker %d", i);
             return 1;
         }
+        pws[i].acl = &acl;
         for (int l = 0; l < opt.nlisten; l++) {
             int fd = sock_listen(&opt.listen[l], opt.backlog, 1, &pws[i].sockopts, err,
                                  sizeof err);
@@ -370,6 +379,11 @@ int main(int argc, char **argv)
         sock_addr_format(&opt.listen[l], a, sizeof a);
         log_info("listening on %s (%d worker%s)", a, nworkers, nworkers == 1 ? "" : "s");
     }
+    if (acl_active(&acl))
+        log_info("access list: %zu allow and %zu deny ranges (%zu bytes)%s",
+                 cidr_set_count(&acl.allow), cidr_set_count(&acl.deny),
+                 cidr_set_memory(&acl.allow) + cidr_set_memory(&acl.deny),
+                 acl.has_allow ? ": only allowed sources are served" : "");
     print_links(&opt);
 
     if (opt.daemonize && daemon(1, 0) != 0) {
@@ -418,6 +432,7 @@ int main(int argc, char **argv)
     free(ws);
     free(pws);
     replay_free(replay);
+    acl_free(&acl);
     log_close();
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "crypto/crypto.h"
 #include "proto/faketls.h"
 #include "proto/obfs2.h"
+#include "proxy/acl.h"
 #include "proxy/dc.h"
 #include "proxy/dcpool.h"
 #include "proxy/fronting.h"
@@ -135,6 +136,8 @@ struct proxy_stats {
     _Atomic uint64_t rejected;         /* clients we would not serve (then masked or held) */
     _Atomic uint64_t masked;           /* connections fronted to the real site */
     _Atomic uint64_t replays;          /* handshakes refused as replays */
+    _Atomic uint64_t acl_denied;       /* closed at accept: a deny entry names the source */
+    _Atomic uint64_t acl_not_allowed;  /* closed at accept: allow entries exist, none names it */
     _Atomic uint64_t closed[CR_COUNT];
 };
 
@@ -156,6 +159,7 @@ struct proxy_worker {
     const struct dc_table *dcs;
     const struct mask_table *masks;
     struct replay *replay;             /* shared by all workers; NULL = off */
+    const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
     int tls_enabled;                   /* allow-ee and at least one ee secret */
     struct arena arena;
     struct pool conns;

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "core/cidr.h"
 #include "core/config.h"
 #include "core/sock.h"
 #include "proto/secret.h"
@@ -12,6 +13,8 @@
 #define OPT_MAX_SECRETS 64
 #define OPT_MAX_DC_ADDRS 128
 #define OPT_PATH_MAX 1024
+#define OPT_MAX_ACL 256      /* allow/deny lines in the config; longer lists go in files */
+#define OPT_MAX_ACL_FILES 8
 
 /* One configured DC address (`dc = ID ADDRESS:PORT`); several per id are tried in order. */
 struct opt_dc {
@@ -83,6 +86,13 @@ struct options {
     char pidfile[OPT_PATH_MAX];
     int daemonize;
     char state_file[OPT_PATH_MAX];
+
+    /* Access list (checked at accept, before any byte is read): deny wins; with any allow
+     * entry only allowed sources are served. Files are read at start (and on reload). */
+    struct cidr allow[OPT_MAX_ACL], deny[OPT_MAX_ACL];
+    int nallow, ndeny;
+    char allow_files[OPT_MAX_ACL_FILES][OPT_PATH_MAX], deny_files[OPT_MAX_ACL_FILES][OPT_PATH_MAX];
+    int nallow_files, ndeny_files;
 };
 
 /* The option table (also drives --help and the documented mtproxy.conf). */

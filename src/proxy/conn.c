@@ -708,6 +708,22 @@ static int conn_ciphers(struct conn *c)
 void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
 {
     struct proxy_worker *pw = w->ctx;
+    if (pw->acl && acl_active(pw->acl)) {
+        enum acl_verdict v = acl_check(pw->acl, &peer->u.sa);
+        if (v != ACL_PASS) {
+            /* Closed before any byte is read or written; logged at debug only (a scan
+             * from a denied network must not fill the log). */
+            STAT_INC(v == ACL_DENIED ? &pw->stats.acl_denied : &pw->stats.acl_not_allowed);
+            close(fd);
+            worker_reserve_release(w);
+            if (log_enabled(LOG_LVL_DEBUG)) {
+                char a[SOCK_ADDR_STRLEN];
+                sock_addr_format(peer, a, sizeof a);
+                log_debug("refused %s: %s", a, v == ACL_DENIED ? "denied" : "not allowed");
+            }
+            return;
+        }
+    }
     struct conn *c = pool_get(&pw->conns);
     if (!c) {
         close(fd); /* not reached while accepting pauses at the cap */
@@ -841,6 +857,8 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(rejected);
     ADD(masked);
     ADD(replays);
+    ADD(acl_denied);
+    ADD(acl_not_allowed);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

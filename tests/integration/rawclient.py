@@ -46,11 +46,14 @@ def test_request(up, down, seed=1, flags=0):
     return TP_MAGIC + struct.pack("<IQQII", 1, up, down, seed, flags)
 
 
-def connect(addr, rcvbuf=None, sndbuf=None, timeout=5.0):
-    """A TCP connection to "127.0.0.1:PORT" (loopback only), optionally with small buffers."""
+def connect(addr, rcvbuf=None, sndbuf=None, timeout=5.0, bind=None):
+    """A TCP connection to "127.0.0.1:PORT" (loopback only), optionally with small buffers
+    and from a given loopback source address (bind: e.g. "127.0.0.2")."""
     host, port = addr.rsplit(":", 1)
     assert host in ("127.0.0.1", "[::1]"), addr
     s = socket.socket(socket.AF_INET6 if host.startswith("[") else socket.AF_INET)
+    if bind:
+        s.bind((bind, 0))
     if rcvbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     if sndbuf:
@@ -60,9 +63,10 @@ def connect(addr, rcvbuf=None, sndbuf=None, timeout=5.0):
     return s
 
 
-def start_session(addr, secret_hex, tag="ee", dc=2, up=0, down=0, rcvbuf=None, sndbuf=None):
+def start_session(addr, secret_hex, tag="ee", dc=2, up=0, down=0, rcvbuf=None, sndbuf=None,
+                  bind=None):
     """Connects, sends a valid header and a test request; returns (socket, Obfs2)."""
-    s = connect(addr, rcvbuf=rcvbuf, sndbuf=sndbuf)
+    s = connect(addr, rcvbuf=rcvbuf, sndbuf=sndbuf, bind=bind)
     o = Obfs2(secret_hex, tag, dc)
     s.sendall(o.wire_header + o.encrypt(test_request(up, down)))
     return s, o
