@@ -106,6 +106,9 @@ int options_init(struct config_parser *p, struct options *o);
  * errors to p. Returns the number of errors added. */
 int options_validate(struct config_parser *p, struct options *o);
 
+/* 1 if s's key is one shown in mtproxy's documentation (refused by options_validate). */
+int options_documented_secret(const struct secret *s);
+
 /* Loads secrets from a state file written by options_save_state (same `secret = NAME:HEX`
  * syntax as the config). Returns 1 if loaded, 0 if the file does not exist, -1 on error
  * (message in err). */

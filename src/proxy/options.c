@@ -334,6 +334,24 @@ int options_init(struct config_parser *p, struct options *o)
     return config_init(p, options_table, options_count, o);
 }
 
+/* Keys shown in mtproxy's own documentation, now or in an earlier release: anyone who read
+ * them could use a proxy configured with one, so they are refused (in any kind: plain, dd, ee).
+ * tests/check_doc_secrets.sh fails if a document shows a key that this list lacks. */
+static const char *const documented_keys[] = {
+    "0123456789abcdef0123456789abcdef", /* README's command-line example up to 0.1.0 */
+};
+
+int options_documented_secret(const struct secret *s)
+{
+    char hex[2 * SECRET_KEY_LEN + 1];
+    for (int i = 0; i < SECRET_KEY_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", s->key[i]);
+    for (size_t i = 0; i < sizeof documented_keys / sizeof documented_keys[0]; i++)
+        if (strcmp(hex, documented_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
 int options_validate(struct config_parser *p, struct options *o)
 {
     int before = p->errors.count;
@@ -357,6 +375,10 @@ int options_validate(struct config_parser *p, struct options *o)
         ERR("tls-appdata-min (%d) is above tls-appdata-max (%d)", o->tls_appdata_min,
             o->tls_appdata_max);
     for (int i = 0; i < o->nsecrets; i++) {
+        if (options_documented_secret(&o->secrets[i]))
+            ERR("secret %s is the example from mtproxy's documentation: anyone who read it "
+                "could use this proxy; make your own with `mtproxy generate-secret`",
+                o->secrets[i].name);
         enum secret_kind k = o->secrets[i].kind;
         if ((k == SECRET_EE && !o->allow_ee) || (k == SECRET_DD && !o->allow_dd) ||
             (k == SECRET_PLAIN && !o->allow_plain && !o->allow_dd))

@@ -24,7 +24,7 @@ def good_config(port):
     return "\n".join([
         "# a complete, valid configuration",
         f"listen = 127.0.0.1:{port}",
-        "secret = alice:0123456789abcdef0123456789abcdef",
+        "secret = alice:00112233445566778899aabbccddeeff",
         "secret = bob:dd0123456789abcdef0123456789abcdee",
         "dc = 2 127.0.0.1:1",
         "dc = 2 127.0.0.1:2",

@@ -30,7 +30,7 @@ def test_default_dc_option(procs):
 def test_dead_first_address(procs):
     dc = procs.fake_dc([(5, "normal")])
     dead = free_ports(1)[0]  # nothing listens there: connection refused
-    secret = "0123456789abcdef0123456789abcdef"
+    secret = "00112233445566778899aabbccddeeff"
     proxy = procs.proxy([("s", secret)], [(5, f"127.0.0.1:{dead}"), (5, dc.addr(5))],
                         extra=["--default-dc", "5"])
     res = procs.client(proxy, secret, "ef", 5, 50000, 50000, "--expect-id", 5)

@@ -309,6 +309,22 @@ static int teardown_dir(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* The key the documentation showed is refused in every kind; a neighbour key is not. */
+static void test_documented_secret_refused(void **state) {
+    (void)state;
+    assert_int_equal(load("listen = 127.0.0.1:1\n"
+                          "secret = a:0123456789abcdef0123456789abcdef\n"
+                          "secret = b:dd0123456789abcdef0123456789abcdef\n"
+                          "secret = c:ee0123456789abcdef0123456789abcdef7777772e6578616d706c652e636f6d\n"
+                          "secret = d:0123456789abcdef0123456789abcdee\n"),
+                     0);
+    assert_int_equal(options_validate(&P, &O), 3);
+    assert_true(has_error("secret a is the example from mtproxy's documentation"));
+    assert_true(has_error("secret b is the example"));
+    assert_true(has_error("secret c is the example"));
+    assert_false(has_error("secret d "));
+}
+
 static void test_state_round_trip(void **state) {
     (void)state;
     char path[128], err[256] = "";
@@ -397,6 +413,7 @@ int main(void) {
         cmocka_unit_test_setup(test_dc_limit, setup),
         cmocka_unit_test_setup(test_validate_cross_key, setup),
         cmocka_unit_test_setup(test_validate_passes_at_the_edges, setup),
+        cmocka_unit_test_setup(test_documented_secret_refused, setup),
         cmocka_unit_test_setup_teardown(test_state_round_trip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_state_bad_files, setup_dir, teardown_dir),
     };
