@@ -217,8 +217,10 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu",
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays);
-    log_info("stats: acl_denied %llu acl_not_allowed %llu", (unsigned long long)s.acl_denied,
-             (unsigned long long)s.acl_not_allowed);
+    log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
+             "pp_local %llu", (unsigned long long)s.acl_denied,
+             (unsigned long long)s.acl_not_allowed, (unsigned long long)s.pp_untrusted,
+             (unsigned long long)s.pp_bad, (unsigned long long)s.pp_local);
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)

@@ -13,6 +13,7 @@
 struct acl {
     struct cidr_set allow, deny;
     int has_allow; /* any allow entry (even one that merged away): only allowed sources pass */
+    struct cidr_set pp_from; /* proxy-protocol-from: who may send a PROXY header (empty: any) */
 };
 
 enum acl_verdict {
@@ -28,6 +29,9 @@ int acl_build(struct acl *a, const struct options *o, struct config_errors *errs
 
 /* The verdict for a client address (IPv4-mapped IPv6 addresses are checked as IPv4). */
 enum acl_verdict acl_check(const struct acl *a, const struct sockaddr *sa);
+
+/* proxy-protocol: 1 if the connection's own source may send a PROXY header. */
+int acl_pp_trusted(const struct acl *a, const struct sockaddr *sa);
 
 /* 1 if the list has any entry (checking can be skipped otherwise). */
 int acl_active(const struct acl *a);

@@ -24,6 +24,7 @@
  *   HEADER --(16 03 01|03)--> TLS_HELLO --(valid, answered)--> TLS_HEADER --^
  *   any rejection before we answered --> CONNECTING (mode MASK: to the real site) -> RELAY,
  *                                        or HOLD when there is nowhere to front to.
+ *   With proxy-protocol: PROXY_HDR --(valid PROXY v1/v2 header, address allowed)--> HEADER.
  */
 enum conn_state {
     CS_FREE = 0,
@@ -33,6 +34,7 @@ enum conn_state {
     CS_CONNECTING, /* connecting to the DC (or, in mode MASK, to the fronting target) */
     CS_RELAY,      /* both sides open (or half-closed); bytes flow */
     CS_HOLD,       /* bad client: read and discard silently until a random deadline */
+    CS_PROXY_HDR,  /* proxy-protocol: reading the balancer's PROXY header (before HEADER) */
 };
 
 /* What the upstream side is. */
@@ -55,6 +57,7 @@ enum conn_reason {
     CR_CLIENT_PROTOCOL,   /* bad TLS record or header from a client we already answered */
     CR_MASK_UNREACHABLE,  /* the fronting target could not be reached */
     CR_SHUTDOWN,          /* proxy stopping */
+    CR_REFUSED,           /* access list or PROXY header: refused before any byte of ours */
     CR_COUNT
 };
 
@@ -138,6 +141,9 @@ struct proxy_stats {
     _Atomic uint64_t replays;          /* handshakes refused as replays */
     _Atomic uint64_t acl_denied;       /* closed at accept: a deny entry names the source */
     _Atomic uint64_t acl_not_allowed;  /* closed at accept: allow entries exist, none names it */
+    _Atomic uint64_t pp_untrusted;     /* proxy-protocol: sender not in proxy-protocol-from */
+    _Atomic uint64_t pp_bad;           /* proxy-protocol: malformed or missing PROXY header */
+    _Atomic uint64_t pp_local;         /* proxy-protocol: LOCAL (health check), closed */
     _Atomic uint64_t closed[CR_COUNT];
 };
 

@@ -93,6 +93,12 @@ struct options {
     int nallow, ndeny;
     char allow_files[OPT_MAX_ACL_FILES][OPT_PATH_MAX], deny_files[OPT_MAX_ACL_FILES][OPT_PATH_MAX];
     int nallow_files, ndeny_files;
+
+    /* PROXY protocol from a balancer in front: every client connection starts with a v1 or
+     * v2 header whose source address is the client's (for the access list, logs, fronting). */
+    int proxy_protocol;
+    struct cidr pp_from[OPT_MAX_ACL];
+    int npp_from;
 };
 
 /* The option table (also drives --help and the documented mtproxy.conf). */

@@ -36,6 +36,7 @@ int acl_build(struct acl *a, const struct options *o, struct config_errors *errs
     int bad = fill(&a->allow, o->allow, o->nallow, o->allow_files, o->nallow_files, errs);
     bad += fill(&a->deny, o->deny, o->ndeny, o->deny_files, o->ndeny_files, errs);
     a->has_allow = a->allow.added > 0;
+    bad += fill(&a->pp_from, o->pp_from, o->npp_from, NULL, 0, errs);
     return bad;
 }
 
@@ -53,8 +54,14 @@ enum acl_verdict acl_check(const struct acl *a, const struct sockaddr *sa)
     return ACL_PASS;
 }
 
+int acl_pp_trusted(const struct acl *a, const struct sockaddr *sa)
+{
+    return a->pp_from.added == 0 || cidr_set_contains(&a->pp_from, sa);
+}
+
 void acl_free(struct acl *a)
 {
+    cidr_set_free(&a->pp_from);
     cidr_set_free(&a->allow);
     cidr_set_free(&a->deny);
     a->has_allow = 0;

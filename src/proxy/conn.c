@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/replay.h"
+#include "proto/proxyproto.h"
 #include "proxy/relay.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
@@ -30,6 +31,7 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_CLIENT_PROTOCOL] = "client-protocol-error",
     [CR_MASK_UNREACHABLE] = "mask-unreachable",
     [CR_SHUTDOWN] = "shutdown",
+    [CR_REFUSED] = "refused",
 };
 
 const char *conn_reason_name(enum conn_reason r)
@@ -61,7 +63,8 @@ void conn_check_accept(struct proxy_worker *pw)
  * gives it back when the connection leaves them (call it before changing the state). */
 static void reserve_release(struct conn *c)
 {
-    if (c->state == CS_HEADER || c->state == CS_TLS_HELLO || c->state == CS_TLS_HEADER)
+    if (c->state == CS_HEADER || c->state == CS_TLS_HELLO || c->state == CS_TLS_HEADER ||
+        c->state == CS_PROXY_HDR)
         worker_reserve_release(c->pw->w);
 }
 
@@ -75,6 +78,7 @@ int conn_close(struct conn *c, enum conn_reason r)
     /* Normal ends, and connections that closed before saying anything (health checks, port
      * scanners), are debug; the rest are worth an operator's eye. */
     enum log_level lvl = (r == CR_DONE || r == CR_CLIENT_CLOSED || r == CR_SHUTDOWN ||
+                          r == CR_REFUSED ||
                           (r == CR_CLIENT_EARLY_EOF && c->hdr_len == 0))
                              ? LOG_LVL_DEBUG
                              : LOG_LVL_INFO;
@@ -588,6 +592,93 @@ static void header_read(struct conn *c)
         header_done(c, NULL, 0);
 }
 
+/* --- PROXY protocol (proxy-protocol = on) ------------------------------------------------ */
+
+#define PP_V2_CAP 512 /* a balancer's v2 header with its TLVs: a few dozen bytes in practice */
+
+/* The access list's verdict for a client address: 1 (and counted) if refused. */
+static int acl_refuses(struct proxy_worker *pw, const struct sock_addr *peer)
+{
+    if (!pw->acl || !acl_active(pw->acl))
+        return 0;
+    enum acl_verdict v = acl_check(pw->acl, &peer->u.sa);
+    if (v == ACL_PASS)
+        return 0;
+    /* Logged at debug only: a scan from a denied network must not fill the log. */
+    STAT_INC(v == ACL_DENIED ? &pw->stats.acl_denied : &pw->stats.acl_not_allowed);
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(peer, a, sizeof a);
+        log_debug("w%d refused %s: %s", pw->w->id, a,
+                  v == ACL_DENIED ? "denied" : "not allowed");
+    }
+    return 1;
+}
+
+/* Reads the PROXY header, and nothing of the client's own bytes: each call peeks at what has
+ * arrived; while the header is incomplete every byte seen belongs to it (a v1 line before its
+ * CR LF, a v2 header shorter than its length) and is consumed into hbuf, so the socket never
+ * stays readable with a partial header (no busy loop); once complete, exactly its rest is
+ * consumed and the client's bytes wait in the socket for HEADER. */
+static void proxy_hdr_read(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    if (hbuf_reserve(c, 16 + PP_V2_CAP)) {
+        conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    ssize_t n = recv(c->cli.fd, c->hbuf + c->hlen, 16 + PP_V2_CAP - c->hlen, MSG_PEEK);
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        STAT_INC(&pw->stats.pp_bad);
+        conn_close(c, CR_CLIENT_EARLY_EOF);
+        return;
+    }
+    struct proxyproto_result r;
+    enum proxyproto_status st = proxyproto_parse(c->hbuf, c->hlen + (size_t)n, PP_V2_CAP, &r);
+    if (st == PROXYPROTO_BAD || (st == PROXYPROTO_NEED_MORE && r.need > 16 + PP_V2_CAP)) {
+        STAT_INC(&pw->stats.pp_bad);
+        if (log_enabled(LOG_LVL_DEBUG)) {
+            char a[SOCK_ADDR_STRLEN];
+            sock_addr_format(&c->peer, a, sizeof a);
+            log_debug("w%d conn %llu %s: bad PROXY header: %s", pw->w->id,
+                      (unsigned long long)c->id, a, r.why ? r.why : "too long");
+        }
+        conn_close(c, CR_REFUSED);
+        return;
+    }
+    size_t take = st == PROXYPROTO_OK ? r.consumed - c->hlen : (size_t)n;
+    if (recv(c->cli.fd, c->hbuf + c->hlen, take, 0) != (ssize_t)take) {
+        conn_close(c, CR_CLIENT_EARLY_EOF); /* peeked bytes vanished: a reset */
+        return;
+    }
+    c->hlen += (uint32_t)take;
+    if (st == PROXYPROTO_NEED_MORE)
+        return;
+    hbuf_free(c);
+    if (r.kind == PROXYPROTO_LOCAL) {
+        STAT_INC(&pw->stats.pp_local);
+        conn_close(c, CR_DONE);
+        return;
+    }
+    if (r.kind == PROXYPROTO_PROXIED) {
+        memset(&c->peer, 0, sizeof c->peer);
+        if (r.src.ss_family == AF_INET) {
+            memcpy(&c->peer.u.in4, &r.src, sizeof c->peer.u.in4);
+            c->peer.len = sizeof c->peer.u.in4;
+        } else {
+            memcpy(&c->peer.u.in6, &r.src, sizeof c->peer.u.in6);
+            c->peer.len = sizeof c->peer.u.in6;
+        }
+    } /* UNKNOWN: the balancer's own address stands, as the specification says */
+    if (acl_refuses(pw, &c->peer)) {
+        conn_close(c, CR_REFUSED);
+        return;
+    }
+    c->state = CS_HEADER; /* the handshake timer keeps running from accept */
+}
+
 static void hold_read(struct conn *c)
 {
     uint8_t sink[4096];
@@ -609,6 +700,9 @@ static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct conn *c = io->data;
     switch (c->state) {
+    case CS_PROXY_HDR:
+        proxy_hdr_read(c);
+        break;
     case CS_HEADER:
         header_read(c);
         break;
@@ -668,6 +762,10 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     case CS_TLS_HEADER:
         conn_close(c, CR_HANDSHAKE_TIMEOUT);
         break;
+    case CS_PROXY_HDR: /* never fronted: this is the balancer, not a client or a probe */
+        STAT_INC(&c->pw->stats.pp_bad);
+        conn_close(c, CR_HANDSHAKE_TIMEOUT);
+        break;
     case CS_HOLD:
         conn_close(c, CR_BAD_HEADER);
         break;
@@ -708,21 +806,17 @@ static int conn_ciphers(struct conn *c)
 void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
 {
     struct proxy_worker *pw = w->ctx;
-    if (pw->acl && acl_active(pw->acl)) {
-        enum acl_verdict v = acl_check(pw->acl, &peer->u.sa);
-        if (v != ACL_PASS) {
-            /* Closed before any byte is read or written; logged at debug only (a scan
-             * from a denied network must not fill the log). */
-            STAT_INC(v == ACL_DENIED ? &pw->stats.acl_denied : &pw->stats.acl_not_allowed);
-            close(fd);
-            worker_reserve_release(w);
-            if (log_enabled(LOG_LVL_DEBUG)) {
-                char a[SOCK_ADDR_STRLEN];
-                sock_addr_format(peer, a, sizeof a);
-                log_debug("refused %s: %s", a, v == ACL_DENIED ? "denied" : "not allowed");
-            }
-            return;
-        }
+    /* Checked before any byte is read: the access list (on the socket's peer unless a PROXY
+     * header will name the client), or who may send PROXY headers. */
+    int refused = pw->opt->proxy_protocol
+                      ? pw->acl && !acl_pp_trusted(pw->acl, &peer->u.sa)
+                      : acl_refuses(pw, peer);
+    if (refused) {
+        if (pw->opt->proxy_protocol)
+            STAT_INC(&pw->stats.pp_untrusted);
+        close(fd);
+        worker_reserve_release(w);
+        return;
     }
     struct conn *c = pool_get(&pw->conns);
     if (!c) {
@@ -742,7 +836,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->peer = *peer;
     c->cli.fd = fd;
     c->dc.fd = -1;
-    c->state = CS_HEADER;
+    c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
     c->fast = (uint8_t)pw->opt->fast_mode;
     c->splice = (uint8_t)(c->fast && pw->opt->splice);
     c->cli.pipe_r = c->cli.pipe_w = c->dc.pipe_r = c->dc.pipe_w = -1;
@@ -859,6 +953,9 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(replays);
     ADD(acl_denied);
     ADD(acl_not_allowed);
+    ADD(pp_untrusted);
+    ADD(pp_bad);
+    ADD(pp_local);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

@@ -132,6 +132,12 @@ static int parse_deny_file(void *conf, const char *v, char *err, size_t errlen)
     struct options *o = conf;
     return add_file(o->deny_files, &o->ndeny_files, v, err, errlen);
 }
+static int parse_pp_from(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    return add_cidr(o->pp_from, &o->npp_from, v, err, errlen);
+}
+static void reset_pp_from(void *conf) { ((struct options *)conf)->npp_from = 0; }
 static void reset_allow(void *conf) { ((struct options *)conf)->nallow = 0; }
 static void reset_deny(void *conf) { ((struct options *)conf)->ndeny = 0; }
 static void reset_allow_file(void *conf) { ((struct options *)conf)->nallow_files = 0; }
@@ -251,6 +257,17 @@ const struct config_option options_table[] = {
     {.name = "deny-file", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "PATH",
      .parse = parse_deny_file, .reset = reset_deny_file,
      .help = "A file of networks to refuse, in the allow-file format."},
+    {.name = "proxy-protocol", .type = CFG_BOOL, .offset = OFF(proxy_protocol), .def = "off",
+     .arg = "on|off", .help = "Every client connection must start with a PROXY protocol header "
+     "(v1 or v2, told apart by their first bytes), as a load balancer such as HAProxy sends "
+     "with send-proxy or send-proxy-v2. The address in it is then the client's address for "
+     "allow/deny, logs and the fronting server's own PROXY header. A connection without a "
+     "valid header within handshake-timeout is closed and counted; a LOCAL header (a health "
+     "check) is closed cleanly."},
+    {.name = "proxy-protocol-from", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
+     .parse = parse_pp_from, .reset = reset_pp_from,
+     .help = "With proxy-protocol: only connections from these networks (the balancers) may "
+             "send a PROXY header; others are closed at once and counted. None: any source."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
