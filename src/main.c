@@ -218,9 +218,10 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays);
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
-             "pp_local %llu", (unsigned long long)s.acl_denied,
+             "pp_local %llu socks_fails %llu", (unsigned long long)s.acl_denied,
              (unsigned long long)s.acl_not_allowed, (unsigned long long)s.pp_untrusted,
-             (unsigned long long)s.pp_bad, (unsigned long long)s.pp_local);
+             (unsigned long long)s.pp_bad, (unsigned long long)s.pp_local,
+             (unsigned long long)s.socks_fails);
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
@@ -275,6 +276,13 @@ int main(int argc, char **argv)
     /* The access list's files are read here, so --check-config reports their bad lines. */
     static struct acl acl;
     acl_build(&acl, &opt, &parser.errors);
+    {
+        char serr[CONFIG_ERR_LEN];
+        if (!parser.errors.count && options_resolve_socks5(&opt, serr, sizeof serr)) {
+            snprintf(parser.errors.msg[0], CONFIG_ERR_LEN, "%s", serr);
+            parser.errors.count = 1;
+        }
+    }
     if (parser.errors.count) {
         int shown = parser.errors.count < CONFIG_MAX_ERRORS ? parser.errors.count
                                                             : CONFIG_MAX_ERRORS;

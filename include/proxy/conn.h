@@ -17,6 +17,7 @@
 #include "proxy/dcpool.h"
 #include "proxy/fronting.h"
 #include "proxy/options.h"
+#include "proxy/socks.h"
 
 /*
  * States:
@@ -120,6 +121,7 @@ struct conn {
     struct faketls_deframer defr; /* tls: client records -> payload */
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
     uint16_t fd_waits;         /* 100 ms waits for a free descriptor to connect upstream */
+    struct socks_dial sd;      /* CONNECTING through socks5: the handshake's progress */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 
@@ -144,6 +146,7 @@ struct proxy_stats {
     _Atomic uint64_t pp_untrusted;     /* proxy-protocol: sender not in proxy-protocol-from */
     _Atomic uint64_t pp_bad;           /* proxy-protocol: malformed or missing PROXY header */
     _Atomic uint64_t pp_local;         /* proxy-protocol: LOCAL (health check), closed */
+    _Atomic uint64_t socks_fails;      /* socks5 handshakes that failed (refused, closed) */
     _Atomic uint64_t closed[CR_COUNT];
 };
 

@@ -8,6 +8,7 @@
 
 #include "core/sock.h"
 #include "proxy/dc.h"
+#include "proxy/socks.h"
 
 struct dcpool;
 
@@ -20,6 +21,7 @@ struct dcpool_slot {
     ev_io io;
     ev_timer timer;  /* connect timeout, or back-off before reconnecting */
     ev_tstamp born;  /* when it became ready */
+    struct socks_dial sd; /* through socks5: the handshake's progress before it is ready */
 };
 
 /* The pool for one DC id. */
@@ -48,13 +50,18 @@ struct dcpool_set {
     struct dcpool *pools;
     int npools;
     int stopped;
+    const struct socks5_server *socks; /* NULL: connect directly */
+    struct sock_addr socks_addr;
     struct dcpool_stats stats;
 };
 
 /* Creates per_dc sockets for every DC id of the table (each id group once) and starts
- * connecting them in loop. per_dc 0 makes an empty set. Returns 0, or -1. */
+ * connecting them in loop (through the SOCKS5 server at socks_addr if socks is not NULL: a
+ * socket is ready once the server connected it to the DC). per_dc 0 makes an empty set.
+ * Returns 0, or -1. */
 int dcpool_init(struct dcpool_set *s, struct ev_loop *loop, const struct dc_table *dcs,
-                int per_dc, const struct sock_opts *opts, double connect_timeout);
+                int per_dc, const struct sock_opts *opts, double connect_timeout,
+                const struct socks5_server *socks, const struct sock_addr *socks_addr);
 
 /* Hands out a connected, idle socket to DC id (as resolved by dc_lookup), checked alive, and
  * starts replacing it. Returns the fd (the caller owns it), or -1 if none is ready. */

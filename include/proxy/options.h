@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/sock.h"
 #include "proto/secret.h"
+#include "proto/socks5.h"
 
 #define OPT_MAX_LISTEN 16
 #define OPT_MAX_SECRETS 64
@@ -99,6 +100,12 @@ struct options {
     int proxy_protocol;
     struct cidr pp_from[OPT_MAX_ACL];
     int npp_from;
+
+    /* Upstream through a SOCKS5 server (socks5 = URL): DCs always, fronting if socks5_mask. */
+    struct socks5_server socks5;
+    int socks5_on;
+    int socks5_mask;
+    struct sock_addr socks5_addr; /* resolved by options_resolve_socks5 at start */
 };
 
 /* The option table (also drives --help and the documented mtproxy.conf). */
@@ -111,6 +118,10 @@ int options_init(struct config_parser *p, struct options *o);
 /* Cross-key checks after all sources are applied (e.g. max-buffer >= block-size); adds
  * errors to p. Returns the number of errors added. */
 int options_validate(struct config_parser *p, struct options *o);
+
+/* Resolves the socks5 server's host (blocking; start-up and --check-config only). Returns 0
+ * (also when socks5 is unset), or -1 with err. */
+int options_resolve_socks5(struct options *o, char *err, size_t errlen);
 
 /* 1 if s's key is one shown in mtproxy's documentation (refused by options_validate). */
 int options_documented_secret(const struct secret *s);

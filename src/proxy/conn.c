@@ -141,12 +141,22 @@ static void log_attempt(struct conn *c, const struct sock_addr *a, int err)
               err ? strerror(err) : "timed out");
 }
 
-/* Starts connecting to the next candidate address. Returns 0, or -1 if closed. */
+/* 1 if this connection's upstream goes through the socks5 server. */
+static int via_socks(const struct conn *c)
+{
+    const struct options *o = c->pw->opt;
+    return o->socks5_on && (c->mode == CONN_MODE_MTPROTO || o->socks5_mask);
+}
+
+/* Starts connecting to the next candidate address (through the socks5 server, whose TCP
+ * connect comes first, if configured). Returns 0, or -1 if closed. */
 static int dc_connect_next(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     while (c->dc_try < c->dc_count) {
-        const struct sock_addr *a = target_addr(c, c->dc_try++);
+        const struct sock_addr *target = target_addr(c, c->dc_try++);
+        const struct sock_addr *a = via_socks(c) ? &pw->opt->socks5_addr : target;
+        c->sd.step = SOCKS_STEP_NONE;
         int fd = sock_connect(a, &pw->sockopts);
         /* Out of descriptors although one was released for this socket (another worker took
          * it): the worker's spare goes to this accepted client, not to a new one. */
@@ -166,7 +176,7 @@ static int dc_connect_next(struct conn *c)
         }
         if (fd < 0) {
             STAT_INC(&pw->stats.dc_connect_fails);
-            log_attempt(c, a, errno);
+            log_attempt(c, target, errno);
             continue;
         }
         c->dc.fd = fd;
@@ -180,15 +190,65 @@ static int dc_connect_next(struct conn *c)
     return conn_close(c, c->mode == CONN_MODE_MASK ? CR_MASK_UNREACHABLE : CR_DC_UNREACHABLE);
 }
 
+/* Closes the current upstream attempt and goes on with the next address. */
+static int dc_drop_attempt(struct conn *c)
+{
+    side_watch(c, &c->dc, 0);
+    close(c->dc.fd);
+    c->dc.fd = -1;
+    return dc_connect_next(c);
+}
+
 /* Drops the current attempt (failed or timed out) and tries the next address. */
 static int dc_retry(struct conn *c, int err)
 {
     STAT_INC(&c->pw->stats.dc_connect_fails);
     log_attempt(c, target_addr(c, c->dc_try - 1), err);
-    side_watch(c, &c->dc, 0);
-    close(c->dc.fd);
-    c->dc.fd = -1;
-    return dc_connect_next(c);
+    return dc_drop_attempt(c);
+}
+static int dc_established(struct conn *c);
+
+/* The socks5 handshake failed for this attempt: say why (the server's own reason for a
+ * refused CONNECT), then the next address. */
+static int socks_failed(struct conn *c, const char *why, int code)
+{
+    struct proxy_worker *pw = c->pw;
+    STAT_INC(&pw->stats.dc_connect_fails);
+    STAT_INC(&pw->stats.socks_fails);
+    if (log_enabled(LOG_LVL_INFO)) {
+        char t[SOCK_ADDR_STRLEN], sv[SOCK_ADDR_STRLEN];
+        sock_addr_format(target_addr(c, c->dc_try - 1), t, sizeof t);
+        sock_addr_format(&pw->opt->socks5_addr, sv, sizeof sv);
+        if (code > 0)
+            log_info("w%d conn %llu: socks5 %s refused %s %s: %s (reply %d)", pw->w->id,
+                     (unsigned long long)c->id, sv, c->mode == CONN_MODE_MASK ? "mask" : "dc", t,
+                     why, code);
+        else
+            log_info("w%d conn %llu: socks5 %s, connecting %s %s: %s", pw->w->id,
+                     (unsigned long long)c->id, sv, c->mode == CONN_MODE_MASK ? "mask" : "dc", t,
+                     why);
+    }
+    return dc_drop_attempt(c);
+}
+
+/* CONNECTING through socks5: the server's TCP connect succeeded (start) or it sent bytes. */
+static int socks_step(struct conn *c)
+{
+    const struct options *o = c->pw->opt;
+    const char *why = "socks5: handshake failed";
+    int code = 0;
+    enum socks_result r =
+        c->sd.step == SOCKS_STEP_NONE
+            ? socks_dial_start(&c->sd, c->dc.fd, &o->socks5, &why)
+            : socks_dial_read(&c->sd, c->dc.fd, &o->socks5, &target_addr(c, c->dc_try - 1)->u.sa,
+                              &why, &code);
+    if (r == SOCKS_DIAL_FAIL)
+        return socks_failed(c, why, code);
+    if (r == SOCKS_DIAL_WAIT) {
+        side_watch(c, &c->dc, EV_READ);
+        return 0;
+    }
+    return dc_established(c);
 }
 
 /* The upstream socket is connected: what is queued for it (our obfuscated2 header and any
@@ -731,9 +791,15 @@ static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct conn *c = io->data;
     if (c->state == CS_CONNECTING) {
+        if (via_socks(c) && c->sd.step != SOCKS_STEP_NONE) {
+            socks_step(c);
+            return;
+        }
         int err = sock_connect_result(c->dc.fd);
         if (err)
             dc_retry(c, err);
+        else if (via_socks(c))
+            socks_step(c);
         else
             dc_established(c);
         return;
@@ -902,7 +968,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
     pw->sockopts.sndbuf = (int)opt->sndbuf;
     pw->sockopts.rcvbuf = (int)opt->rcvbuf;
     if (dcpool_init(&pw->dcpool, w->loop, dcs, opt->dc_pool, &pw->sockopts,
-                    opt->connect_timeout_ms / 1000.0))
+                    opt->connect_timeout_ms / 1000.0, opt->socks5_on ? &opt->socks5 : NULL,
+                    &opt->socks5_addr))
         return -1;
     w->ctx = pw;
     w->on_accept = proxy_on_accept;
@@ -956,6 +1023,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(pp_untrusted);
     ADD(pp_bad);
     ADD(pp_local);
+    ADD(socks_fails);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

@@ -62,10 +62,33 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct dcpool_slot *sl = io->data;
     struct dcpool *p = sl->pool;
+    struct dcpool_set *s = p->set;
     if (!sl->ready) {
-        if (sock_connect_result(sl->fd)) {
-            slot_failed(sl);
-            return;
+        if (!s->socks || sl->sd.step == SOCKS_STEP_NONE) {
+            if (sock_connect_result(sl->fd)) {
+                slot_failed(sl);
+                return;
+            }
+        }
+        if (s->socks) {
+            const char *why = "";
+            int code = 0;
+            enum socks_result r =
+                sl->sd.step == SOCKS_STEP_NONE
+                    ? socks_dial_start(&sl->sd, sl->fd, s->socks, &why)
+                    : socks_dial_read(&sl->sd, sl->fd, s->socks,
+                                      &s->dcs->e[p->first + sl->addr_try].addr.u.sa, &why, &code);
+            if (r == SOCKS_DIAL_FAIL) {
+                log_debug("dc pool %d: %s", p->id, why);
+                slot_failed(sl);
+                return;
+            }
+            if (r == SOCKS_DIAL_WAIT) {
+                ev_io_stop(loop, &sl->io);
+                ev_io_set(&sl->io, sl->fd, EV_READ);
+                ev_io_start(loop, &sl->io);
+                return;
+            }
         }
         sl->ready = 1;
         sl->born = ev_now(loop);
@@ -104,7 +127,9 @@ static void slot_connect(struct dcpool_slot *sl)
     struct dcpool_set *s = p->set;
     if (s->stopped)
         return;
-    sl->fd = sock_connect(&s->dcs->e[p->first + sl->addr_try].addr, &s->opts);
+    sl->sd.step = SOCKS_STEP_NONE;
+    sl->fd = sock_connect(s->socks ? &s->socks_addr : &s->dcs->e[p->first + sl->addr_try].addr,
+                          &s->opts);
     if (sl->fd < 0 && (errno == EMFILE || errno == ENFILE)) {
         /* Out of descriptors: not the DC's fault, and the reserve kept for accepted clients
          * is not ours to take. Try again later, without growing the DC's back-off. */
@@ -123,9 +148,13 @@ static void slot_connect(struct dcpool_slot *sl)
 }
 
 int dcpool_init(struct dcpool_set *s, struct ev_loop *loop, const struct dc_table *dcs,
-                int per_dc, const struct sock_opts *opts, double connect_timeout)
+                int per_dc, const struct sock_opts *opts, double connect_timeout,
+                const struct socks5_server *socks, const struct sock_addr *socks_addr)
 {
     memset(s, 0, sizeof *s);
+    s->socks = socks;
+    if (socks)
+        s->socks_addr = *socks_addr;
     s->loop = loop;
     s->dcs = dcs;
     s->opts = *opts;

@@ -138,6 +138,30 @@ static int parse_pp_from(void *conf, const char *v, char *err, size_t errlen)
     return add_cidr(o->pp_from, &o->npp_from, v, err, errlen);
 }
 static void reset_pp_from(void *conf) { ((struct options *)conf)->npp_from = 0; }
+static int parse_socks5(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (socks5_parse_url(v, &o->socks5, err, errlen))
+        return -1;
+    o->socks5_on = 1;
+    return 0;
+}
+
+int options_resolve_socks5(struct options *o, char *err, size_t errlen)
+{
+    if (!o->socks5_on)
+        return 0;
+    char hp[300];
+    snprintf(hp, sizeof hp, strchr(o->socks5.host, ':') ? "[%s]:%d" : "%s:%d", o->socks5.host,
+             o->socks5.port);
+    char e[256];
+    if (sock_addr_parse(hp, 1, 0, &o->socks5_addr, e, sizeof e)) {
+        snprintf(err, errlen, "socks5: %s", e);
+        return -1;
+    }
+    return 0;
+}
+
 static void reset_allow(void *conf) { ((struct options *)conf)->nallow = 0; }
 static void reset_deny(void *conf) { ((struct options *)conf)->ndeny = 0; }
 static void reset_allow_file(void *conf) { ((struct options *)conf)->nallow_files = 0; }
@@ -268,6 +292,16 @@ const struct config_option options_table[] = {
      .parse = parse_pp_from, .reset = reset_pp_from,
      .help = "With proxy-protocol: only connections from these networks (the balancers) may "
              "send a PROXY header; others are closed at once and counted. None: any source."},
+    {.name = "socks5", .type = CFG_CUSTOM, .arg = "socks5://[USER:PASS@]HOST:PORT",
+     .parse = parse_socks5,
+     .help = "Make every connection to Telegram (DCs and the DC pool) through this SOCKS5 "
+             "server (RFC 1928; username/password login, RFC 1929, when given: percent-encode "
+             "':', '@' and '%' in them). HOST may be an IPv4 address, [IPv6] or a name "
+             "(resolved at start). A refusal is logged with the server's reason, and the DC's "
+             "next address is tried."},
+    {.name = "socks5-mask", .type = CFG_BOOL, .offset = OFF(socks5_mask), .def = "off",
+     .arg = "on|off", .help = "Also front probes to the real site through the socks5 server "
+     "(off: fronting connects directly)."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
