@@ -218,10 +218,11 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays);
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
-             "pp_local %llu socks_fails %llu", (unsigned long long)s.acl_denied,
-             (unsigned long long)s.acl_not_allowed, (unsigned long long)s.pp_untrusted,
-             (unsigned long long)s.pp_bad, (unsigned long long)s.pp_local,
-             (unsigned long long)s.socks_fails);
+             "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
+             (unsigned long long)s.acl_denied, (unsigned long long)s.acl_not_allowed,
+             (unsigned long long)s.pp_untrusted, (unsigned long long)s.pp_bad,
+             (unsigned long long)s.pp_local, (unsigned long long)s.socks_fails,
+             (unsigned long long)s.store_replays, (unsigned long long)s.store_failed);
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
@@ -278,7 +279,8 @@ int main(int argc, char **argv)
     acl_build(&acl, &opt, &parser.errors);
     {
         char serr[CONFIG_ERR_LEN];
-        if (!parser.errors.count && options_resolve_socks5(&opt, serr, sizeof serr)) {
+        if (!parser.errors.count && (options_resolve_socks5(&opt, serr, sizeof serr) ||
+                                     rstore_resolve(&opt.rstore, serr, sizeof serr))) {
             snprintf(parser.errors.msg[0], CONFIG_ERR_LEN, "%s", serr);
             parser.errors.count = 1;
         }

@@ -17,6 +17,7 @@
 #include "proxy/dcpool.h"
 #include "proxy/fronting.h"
 #include "proxy/options.h"
+#include "proxy/rstore.h"
 #include "proxy/socks.h"
 
 /*
@@ -36,6 +37,7 @@ enum conn_state {
     CS_RELAY,      /* both sides open (or half-closed); bytes flow */
     CS_HOLD,       /* bad client: read and discard silently until a random deadline */
     CS_PROXY_HDR,  /* proxy-protocol: reading the balancer's PROXY header (before HEADER) */
+    CS_STORE_WAIT, /* replay-store: asked whether any instance saw this handshake */
 };
 
 /* What the upstream side is. */
@@ -122,6 +124,9 @@ struct conn {
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
     uint16_t fd_waits;         /* 100 ms waits for a free descriptor to connect upstream */
     struct socks_dial sd;      /* CONNECTING through socks5: the handshake's progress */
+    uint8_t rs_verdict;        /* replay-store answer for this handshake (enum rstore_verdict
+                                * + 1), 0 = not asked yet */
+    uint8_t rs_resume;         /* STORE_WAIT: the state to go back to with the answer */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 
@@ -147,6 +152,10 @@ struct proxy_stats {
     _Atomic uint64_t pp_bad;           /* proxy-protocol: malformed or missing PROXY header */
     _Atomic uint64_t pp_local;         /* proxy-protocol: LOCAL (health check), closed */
     _Atomic uint64_t socks_fails;      /* socks5 handshakes that failed (refused, closed) */
+    _Atomic uint64_t store_replays;    /* handshakes the replay store had seen (another
+                                        * instance, or this one before a restart) */
+    _Atomic uint64_t store_failed;     /* the store did not answer in time (or was down):
+                                        * replay-store-fail applied */
     _Atomic uint64_t closed[CR_COUNT];
 };
 
@@ -168,6 +177,7 @@ struct proxy_worker {
     const struct dc_table *dcs;
     const struct mask_table *masks;
     struct replay *replay;             /* shared by all workers; NULL = off */
+    struct rstore rstore;              /* this worker's link to the fleet's replay store */
     const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
     int tls_enabled;                   /* allow-ee and at least one ee secret */
     struct arena arena;

@@ -9,6 +9,7 @@
 #include "core/sock.h"
 #include "proto/secret.h"
 #include "proto/socks5.h"
+#include "proxy/rstore.h"
 
 #define OPT_MAX_LISTEN 16
 #define OPT_MAX_SECRETS 64
@@ -106,6 +107,13 @@ struct options {
     int socks5_on;
     int socks5_mask;
     struct sock_addr socks5_addr; /* resolved by options_resolve_socks5 at start */
+
+    /* The fleet's replay store (replay-store = redis://...): every instance refuses a
+     * handshake any instance has seen. */
+    struct rstore_config rstore;
+    int rstore_fail_closed;
+    unsigned rstore_timeout_ms;
+    unsigned rstore_ttl_ms; /* plain/dd headers (FakeTLS hellos: 2 x tls-time-skew) */
 };
 
 /* The option table (also drives --help and the documented mtproxy.conf). */

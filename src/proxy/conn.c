@@ -64,7 +64,7 @@ void conn_check_accept(struct proxy_worker *pw)
 static void reserve_release(struct conn *c)
 {
     if (c->state == CS_HEADER || c->state == CS_TLS_HELLO || c->state == CS_TLS_HEADER ||
-        c->state == CS_PROXY_HDR)
+        c->state == CS_PROXY_HDR || c->state == CS_STORE_WAIT)
         worker_reserve_release(c->pw->w);
 }
 
@@ -382,6 +382,69 @@ static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sn
     upstream_start(c);
 }
 
+/* --- the fleet's replay store (replay-store) ---------------------------------------------- */
+
+enum store_gate { STORE_GO = 0, STORE_WAIT, STORE_REPLAY };
+
+static void store_answer(void *owner, uint64_t token, enum rstore_verdict v);
+
+/* Asks the replay store about a handshake the local cache passed (key: its 16 identifying
+ * bytes). GO: go on now (store off, already answered new, or not answering with fail open);
+ * WAIT: the connection waits in STORE_WAIT and the check runs again with the answer; REPLAY:
+ * seen by some instance (or not answering with fail closed): refuse it as a replay. The
+ * secret that matched is kept in c->secret_idx so the re-run tries that one only. */
+static enum store_gate store_gate(struct conn *c, const uint8_t *key, unsigned ttl_ms)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct options *o = pw->opt;
+    if (!o->rstore.on)
+        return STORE_GO;
+    if (!c->rs_verdict) {
+        if (rstore_check(&pw->rstore, key, ttl_ms, store_answer, c, c->id) == 0) {
+            c->rs_resume = c->state;
+            c->state = CS_STORE_WAIT;
+            side_watch(c, &c->cli, 0);
+            timer_arm(c, o->rstore_timeout_ms / 1000.0);
+            return STORE_WAIT;
+        }
+        c->rs_verdict = RSTORE_FAILED + 1; /* down right now */
+    }
+    switch (c->rs_verdict - 1) {
+    case RSTORE_NEW:
+        return STORE_GO;
+    case RSTORE_SEEN:
+        STAT_INC(&pw->stats.store_replays);
+        return STORE_REPLAY;
+    default:
+        STAT_INC(&pw->stats.store_failed);
+        return o->rstore_fail_closed ? STORE_REPLAY : STORE_GO;
+    }
+}
+
+static void tls_hello_check(struct conn *c);
+static void header_done(struct conn *c, uint8_t *extra, size_t n);
+
+/* The store answered (or its deadline passed: RSTORE_FAILED): the handshake check runs again
+ * from where it stopped, with the answer. */
+static void store_resume(struct conn *c, enum rstore_verdict v)
+{
+    c->rs_verdict = (uint8_t)(v + 1);
+    c->state = c->rs_resume;
+    timer_arm(c, c->pw->opt->handshake_timeout_ms / 1000.0);
+    if (c->state == CS_TLS_HELLO)
+        tls_hello_check(c);
+    else
+        header_done(c, NULL, 0);
+}
+
+static void store_answer(void *owner, uint64_t token, enum rstore_verdict v)
+{
+    struct conn *c = owner; /* a pool slot: its memory outlives the connection */
+    if (c->state != CS_STORE_WAIT || c->id != token)
+        return; /* closed (or gave up waiting) meanwhile */
+    store_resume(c, v);
+}
+
 /* --- obfuscated2 header ------------------------------------------------------------------ */
 
 /* The client's 64-byte header is complete (c->hdr). extra[0..n) are client bytes that came
@@ -401,7 +464,12 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     } else {
         unsigned allow = (o->allow_plain ? OBFS2_ALLOW_ABRIDGED | OBFS2_ALLOW_INTERMEDIATE : 0) |
                          (o->allow_dd ? OBFS2_ALLOW_PADDED : 0);
-        st = obfs2_parse(c->hdr, o->secrets, (size_t)o->nsecrets, allow, &h);
+        /* After the replay store answered, only the secret that matched before is tried. */
+        size_t first = c->rs_verdict ? c->secret_idx : 0;
+        size_t count = c->rs_verdict ? 1 : (size_t)o->nsecrets;
+        st = obfs2_parse(c->hdr, o->secrets + first, count, allow, &h);
+        if (st == OBFS2_OK)
+            h.secret_index += (int)first;
     }
     if (st != OBFS2_OK) {
         if (c->tls) /* we answered its hello: too late to front */
@@ -412,11 +480,22 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     }
     /* Replays of a plain/dd header (FakeTLS hellos were checked already): the key and IV
      * material is 48 random bytes chosen by the client; 16 of them identify it. */
-    if (!c->tls && pw->replay &&
+    if (!c->tls && !c->rs_verdict && pw->replay &&
         replay_check_and_add(pw->replay, c->hdr + 8, (uint32_t)ev_now(pw->w->loop))) {
         STAT_INC(&pw->stats.replays);
         reject(c, c->hdr, OBFS2_HDR_LEN, NULL, "replayed header");
         return;
+    }
+    if (!c->tls) {
+        c->secret_idx = (uint8_t)h.secret_index;
+        enum store_gate g = store_gate(c, c->hdr + 8, o->rstore_ttl_ms);
+        if (g == STORE_WAIT)
+            return;
+        if (g == STORE_REPLAY) {
+            STAT_INC(&pw->stats.replays);
+            reject(c, c->hdr, OBFS2_HDR_LEN, NULL, "replayed header (replay store)");
+            return;
+        }
     }
     STAT_INC(&pw->stats.handshakes);
     c->tag = h.tag;
@@ -542,8 +621,12 @@ static void tls_hello_check(struct conn *c)
     uint32_t skew = o->tls_time_skew_ms / 1000;
     struct faketls_time tp = {skew, skew, o->tls_ignore_time};
     struct faketls_match m;
+    size_t first = c->rs_verdict ? c->secret_idx : 0; /* after the store: that secret only */
+    size_t count = c->rs_verdict ? 1 : (size_t)o->nsecrets;
     enum faketls_verify v =
-        faketls_hello_verify(c->hbuf, &h, o->secrets, (size_t)o->nsecrets, now, &tp, &m);
+        faketls_hello_verify(c->hbuf, &h, o->secrets + first, count, now, &tp, &m);
+    if (v == FAKETLS_VERIFY_OK)
+        m.secret_index += (int)first;
     if (v != FAKETLS_VERIFY_OK) {
         snprintf(why, sizeof why, "FakeTLS hello: %s", faketls_verify_name(v));
         reject(c, c->hbuf, c->hlen, sni, why);
@@ -554,9 +637,20 @@ static void tls_hello_check(struct conn *c)
         reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: SNI is not the secret's domain");
         return;
     }
-    if (pw->replay && replay_check_and_add(pw->replay, h.client.random, (uint32_t)now)) {
+    if (!c->rs_verdict && pw->replay &&
+        replay_check_and_add(pw->replay, h.client.random, (uint32_t)now)) {
         STAT_INC(&pw->stats.replays);
         reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: replayed");
+        return;
+    }
+    c->secret_idx = (uint8_t)m.secret_index;
+    /* A hello is only valid within the time skew: the store keeps it that long (both ways). */
+    enum store_gate g = store_gate(c, h.client.random, 2 * o->tls_time_skew_ms);
+    if (g == STORE_WAIT)
+        return;
+    if (g == STORE_REPLAY) {
+        STAT_INC(&pw->stats.replays);
+        reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: replayed (replay store)");
         return;
     }
     tls_answer(c, &h, m.secret_index);
@@ -828,6 +922,9 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     case CS_TLS_HEADER:
         conn_close(c, CR_HANDSHAKE_TIMEOUT);
         break;
+    case CS_STORE_WAIT: /* the store is slow: its failure policy decides */
+        store_resume(c, RSTORE_FAILED);
+        break;
     case CS_PROXY_HDR: /* never fronted: this is the balancer, not a client or a probe */
         STAT_INC(&c->pw->stats.pp_bad);
         conn_close(c, CR_HANDSHAKE_TIMEOUT);
@@ -928,6 +1025,7 @@ void proxy_on_stop(struct worker *w)
 {
     struct proxy_worker *pw = w->ctx;
     dcpool_stop(&pw->dcpool);
+    rstore_stop(&pw->rstore);
     relay_stop(pw);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
@@ -971,6 +1069,7 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
                     opt->connect_timeout_ms / 1000.0, opt->socks5_on ? &opt->socks5 : NULL,
                     &opt->socks5_addr))
         return -1;
+    rstore_init(&pw->rstore, w->loop, &opt->rstore);
     w->ctx = pw;
     w->on_accept = proxy_on_accept;
     w->on_stop = proxy_on_stop;
@@ -1024,6 +1123,8 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(pp_bad);
     ADD(pp_local);
     ADD(socks_fails);
+    ADD(store_replays);
+    ADD(store_failed);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

@@ -162,6 +162,11 @@ int options_resolve_socks5(struct options *o, char *err, size_t errlen)
     return 0;
 }
 
+static int parse_rstore(void *conf, const char *v, char *err, size_t errlen)
+{
+    return rstore_parse_url(v, &((struct options *)conf)->rstore, err, errlen);
+}
+
 static void reset_allow(void *conf) { ((struct options *)conf)->nallow = 0; }
 static void reset_deny(void *conf) { ((struct options *)conf)->ndeny = 0; }
 static void reset_allow_file(void *conf) { ((struct options *)conf)->nallow_files = 0; }
@@ -172,6 +177,7 @@ static const char *const proxy_protocols[] = {"off", "v1", "v2", NULL};
 static const char *const ext_orders[] = {"key-share-first", "versions-first", NULL};
 static const char *const buffer_modes[] = {"pooled", "per-connection", NULL};
 static const char *const batch_modes[] = {"buffer", "cork", "msg-more", NULL};
+static const char *const fail_modes[] = {"open", "closed", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -244,6 +250,26 @@ const struct config_option options_table[] = {
      .max = 1LL << 32, .arg = "BYTES", .help = "Memory for the replay cache shared by all "
      "workers: handshakes seen within tls-time-skew are remembered and a repeat is fronted "
      "as a probe (0 = off)."},
+    {.name = "replay-store", .type = CFG_CUSTOM, .arg = "redis://[:PASS@]HOST:PORT[/DB]",
+     .parse = parse_rstore,
+     .help = "Share replay detection between instances (a fleet behind one address) through "
+             "Redis or Valkey: each handshake that passes the local replay-cache is recorded "
+             "there (SET NX with an expiry) and one that any instance has seen is refused "
+             "like a local replay. A Unix socket: redis://[:PASS@]/PATH/TO/SOCKET[?db=N]. "
+             "Needs a build with libhiredis."},
+    {.name = "replay-store-fail", .type = CFG_ENUM, .offset = OFF(rstore_fail_closed),
+     .def = "open", .names = fail_modes, .arg = "open|closed", .help = "What a handshake gets "
+     "when the replay store does not answer within replay-store-timeout (or is down): open "
+     "serves it on the local replay-cache's word alone (a replay that only another instance "
+     "saw gets through meanwhile); closed refuses it like a replay (nobody is served while "
+     "the store is down). Both are counted and logged."},
+    {.name = "replay-store-timeout", .type = CFG_DURATION, .offset = OFF(rstore_timeout_ms),
+     .def = "200ms", .min = 1, .max = 10000, .arg = "DURATION", .help = "How long a "
+     "handshake waits for the replay store's answer."},
+    {.name = "replay-store-ttl", .type = CFG_DURATION, .offset = OFF(rstore_ttl_ms),
+     .def = "24h", .min = 1000, .max = 30LL * 86400 * 1000, .arg = "DURATION",
+     .help = "How long the store remembers a plain/dd header (they carry no time stamp; "
+     "FakeTLS hellos are remembered for twice tls-time-skew)."},
     {.name = "fast-mode", .type = CFG_BOOL, .offset = OFF(fast_mode), .def = "on",
      .arg = "on|off", .help = "Choose the header toward the DC so that the DC's encryption "
      "is the one the client expects: downloads then pass without any crypto in the proxy. "

@@ -1,0 +1,69 @@
+/* rstore.h: the fleet's shared replay store in Redis/Valkey: SET NX PX per handshake, async on a worker's loop. */
+#ifndef MTPROXY_PROXY_RSTORE_H
+#define MTPROXY_PROXY_RSTORE_H
+
+#include <ev.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RSTORE_KEY_LEN 16
+
+/* Where the store is (replay-store = URL) and how to behave when it does not answer. */
+struct rstore_config {
+    int on;
+    char host[256];      /* an address (names are resolved at start into it), or "" */
+    int port;
+    char path[108];      /* a Unix socket path instead of host:port, or "" */
+    char password[128];  /* AUTH before use; "" = none */
+    int db;              /* SELECT before use when > 0 */
+};
+
+/* Parses "redis://[:PASSWORD@]HOST:PORT[/DB]" or "redis://[:PASSWORD@]/PATH/TO/SOCKET[?db=DB]"
+ * (HOST an IPv4 address, [IPv6] or a name). Returns 0, or -1 with err. */
+int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size_t errlen);
+
+/* Resolves a host name into an address (blocking: start-up and --check-config only).
+ * Returns 0, or -1 with err. */
+int rstore_resolve(struct rstore_config *cfg, char *err, size_t errlen);
+
+enum rstore_verdict {
+    RSTORE_NEW = 0,  /* no instance has seen the key: it is recorded now */
+    RSTORE_SEEN,     /* some instance has: a replay */
+    RSTORE_FAILED,   /* the store did not answer (down, error, disconnected) */
+};
+
+/* Called on the worker's loop (never from inside rstore_check) with the answer for the
+ * question tagged (owner, token). */
+typedef void (*rstore_cb)(void *owner, uint64_t token, enum rstore_verdict v);
+
+struct rstore_stats {
+    _Atomic uint64_t asked, seen, failed, down, reconnects;
+};
+
+/* One worker's connection to the store. */
+struct rstore {
+    struct ev_loop *loop;
+    const struct rstore_config *cfg;
+    void *ac;            /* redisAsyncContext, or NULL while down */
+    int ready;           /* connected, AUTH/SELECT sent */
+    int stopping;
+    double backoff;      /* seconds before the next reconnect */
+    ev_timer retry;
+    unsigned inflight;
+    struct rstore_stats stats;
+};
+
+/* Starts connecting (in the background; questions before it is up get -1). */
+void rstore_init(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg);
+
+/* Asks whether key was seen, and records it for ttl_ms (SET mtproxy:r:HEX 1 NX PX ttl).
+ * Returns 0 when the question is on its way (cb comes later, exactly once), or -1 when the
+ * store is down right now (nothing will be called: the caller applies its failure policy). */
+int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned ttl_ms,
+                 rstore_cb cb, void *owner, uint64_t token);
+
+/* Disconnects (pending callbacks are called with RSTORE_FAILED) and stops the timers. */
+void rstore_stop(struct rstore *rs);
+
+#endif

@@ -1,0 +1,323 @@
+/* rstore.c: replay store in Redis through hiredis's async API on the worker's libev loop. */
+#include "proxy/rstore.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/log.h"
+
+#ifdef MTPROXY_HAVE_HIREDIS
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/adapters/libev.h>
+
+#define RSTORE_BACKOFF_MIN 0.2
+#define RSTORE_BACKOFF_MAX 10.0
+#define RSTORE_INFLIGHT_MAX 4096 /* questions waiting per worker; past it: "down" */
+
+#define RS_INC(p)                                                                              \
+    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1,            \
+                          memory_order_relaxed)
+
+#define RSTORE_BUILT 1
+#else
+#define RSTORE_BUILT 0
+#endif
+
+int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size_t errlen)
+{
+    if (!RSTORE_BUILT) {
+        snprintf(err, errlen, "replay-store: this mtproxy was built without Redis support "
+                 "(libhiredis); rebuild with libhiredis-dev installed");
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    static const char scheme[] = "redis://";
+    if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
+        snprintf(err, errlen, "'%.100s' does not start with redis://", url);
+        return -1;
+    }
+    const char *p = url + sizeof scheme - 1;
+    const char *at = strrchr(p, '@');
+    if (at) {
+        if (*p != ':' || at - p - 1 < 1 || (size_t)(at - p - 1) >= sizeof out->password) {
+            snprintf(err, errlen, "replay-store: a password is given as redis://:PASSWORD@...");
+            return -1;
+        }
+        memcpy(out->password, p + 1, (size_t)(at - p - 1));
+        p = at + 1;
+    }
+    if (*p == '/') { /* a Unix socket */
+        const char *q = strchr(p, '?');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n < 2 || n >= sizeof out->path) {
+            snprintf(err, errlen, "replay-store: socket path must be 2 to %zu bytes",
+                     sizeof out->path - 1);
+            return -1;
+        }
+        memcpy(out->path, p, n);
+        if (q) {
+            char *end;
+            if (strncmp(q, "?db=", 4) != 0 || !q[4] ||
+                (out->db = (int)strtol(q + 4, &end, 10), *end) || out->db < 0 ||
+                out->db > 1000000) {
+                snprintf(err, errlen, "replay-store: after the socket path only ?db=N");
+                return -1;
+            }
+        }
+        out->on = 1;
+        return 0;
+    }
+    const char *hend, *rest;
+    if (*p == '[') {
+        hend = strchr(p, ']');
+        if (!hend || hend[1] != ':') {
+            snprintf(err, errlen, "replay-store: expected [IPV6]:PORT");
+            return -1;
+        }
+        p++;
+        rest = hend + 1;
+    } else {
+        hend = strchr(p, ':');
+        if (!hend) {
+            snprintf(err, errlen, "replay-store: expected HOST:PORT");
+            return -1;
+        }
+        rest = hend;
+    }
+    size_t hl = (size_t)(hend - p);
+    if (hl == 0 || hl >= sizeof out->host) {
+        snprintf(err, errlen, "replay-store: bad host");
+        return -1;
+    }
+    memcpy(out->host, p, hl);
+    char *end;
+    long port = strtol(rest + 1, &end, 10);
+    if (end == rest + 1 || port < 1 || port > 65535 || (*end && *end != '/')) {
+        snprintf(err, errlen, "replay-store: port must be 1..65535");
+        return -1;
+    }
+    out->port = (int)port;
+    if (*end == '/') {
+        long db = strtol(end + 1, &end, 10);
+        if (*end || db < 0 || db > 1000000) {
+            snprintf(err, errlen, "replay-store: /DB must be a database number");
+            return -1;
+        }
+        out->db = (int)db;
+    }
+    out->on = 1;
+    return 0;
+}
+
+int rstore_resolve(struct rstore_config *cfg, char *err, size_t errlen)
+{
+    if (!cfg->on || cfg->path[0])
+        return 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(cfg->host, NULL, &hints, &res);
+    if (rc || !res) {
+        snprintf(err, errlen, "replay-store: cannot resolve %s: %s", cfg->host,
+                 rc ? gai_strerror(rc) : "no address");
+        return -1;
+    }
+    char a[INET6_ADDRSTRLEN] = "";
+    if (res->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, a, sizeof a);
+    else
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, a, sizeof a);
+    freeaddrinfo(res);
+    snprintf(cfg->host, sizeof cfg->host, "%s", a);
+    return 0;
+}
+
+#ifdef MTPROXY_HAVE_HIREDIS
+static void connect_now(struct rstore *rs);
+
+static void schedule_retry(struct rstore *rs)
+{
+    if (rs->stopping)
+        return;
+    ev_timer_stop(rs->loop, &rs->retry);
+    ev_timer_set(&rs->retry, rs->backoff, 0);
+    ev_timer_start(rs->loop, &rs->retry);
+    rs->backoff *= 2;
+    if (rs->backoff > RSTORE_BACKOFF_MAX)
+        rs->backoff = RSTORE_BACKOFF_MAX;
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop, (void)revents;
+    connect_now(t->data);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct rstore *rs = ac->data;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this callback. */
+        log_warn("replay-store: cannot connect: %s", ac->errstr);
+        rs->ac = NULL;
+        rs->ready = 0;
+        schedule_retry(rs);
+        return;
+    }
+    rs->backoff = RSTORE_BACKOFF_MIN;
+    rs->ready = 1;
+    log_info("replay-store: connected");
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct rstore *rs = ac->data;
+    rs->ac = NULL;
+    rs->ready = 0;
+    if (status != REDIS_OK && !rs->stopping)
+        log_warn("replay-store: disconnected: %s", ac->errstr);
+    RS_INC(&rs->stats.reconnects);
+    schedule_retry(rs);
+}
+
+/* Replies to AUTH/SELECT: a failure there makes every later answer an error, which the
+ * callers see as RSTORE_FAILED; say it once here. */
+static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    (void)ac;
+    redisReply *reply = r;
+    if (reply && reply->type == REDIS_REPLY_ERROR)
+        log_warn("replay-store: %s failed: %s", (const char *)privdata, reply->str);
+}
+
+static void connect_now(struct rstore *rs)
+{
+    if (rs->stopping || rs->ac)
+        return;
+    redisAsyncContext *ac = rs->cfg->path[0] ? redisAsyncConnectUnix(rs->cfg->path)
+                                             : redisAsyncConnect(rs->cfg->host, rs->cfg->port);
+    if (!ac || ac->err) {
+        log_warn("replay-store: cannot connect: %s", ac ? ac->errstr : "out of memory");
+        if (ac)
+            redisAsyncFree(ac);
+        schedule_retry(rs);
+        return;
+    }
+    ac->data = rs;
+    if (redisLibevAttach(rs->loop, ac) != REDIS_OK) {
+        redisAsyncFree(ac);
+        schedule_retry(rs);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    rs->ac = ac;
+    /* Queued now, sent once connected, answered before any question asked after them. */
+    if (rs->cfg->password[0])
+        redisAsyncCommand(ac, on_setup_reply, (void *)"AUTH", "AUTH %s", rs->cfg->password);
+    if (rs->cfg->db > 0)
+        redisAsyncCommand(ac, on_setup_reply, (void *)"SELECT", "SELECT %d", rs->cfg->db);
+}
+
+void rstore_init(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg)
+{
+    memset(rs, 0, sizeof *rs);
+    rs->loop = loop;
+    rs->cfg = cfg;
+    rs->backoff = RSTORE_BACKOFF_MIN;
+    ev_init(&rs->retry, on_retry);
+    rs->retry.data = rs;
+    if (cfg && cfg->on)
+        connect_now(rs);
+}
+
+struct question {
+    struct rstore *rs;
+    rstore_cb cb;
+    void *owner;
+    uint64_t token;
+};
+
+static void on_answer(redisAsyncContext *ac, void *r, void *privdata)
+{
+    (void)ac;
+    struct question *q = privdata;
+    redisReply *reply = r;
+    enum rstore_verdict v;
+    if (!reply || reply->type == REDIS_REPLY_ERROR)
+        v = RSTORE_FAILED;
+    else if (reply->type == REDIS_REPLY_NIL)
+        v = RSTORE_SEEN;
+    else
+        v = RSTORE_NEW; /* +OK */
+    if (v == RSTORE_SEEN)
+        RS_INC(&q->rs->stats.seen);
+    else if (v == RSTORE_FAILED)
+        RS_INC(&q->rs->stats.failed);
+    q->rs->inflight--;
+    q->cb(q->owner, q->token, v);
+    free(q);
+}
+
+int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned ttl_ms,
+                 rstore_cb cb, void *owner, uint64_t token)
+{
+    if (!rs->ac || !rs->ready || rs->inflight >= RSTORE_INFLIGHT_MAX) {
+        RS_INC(&rs->stats.down);
+        return -1;
+    }
+    struct question *q = malloc(sizeof *q);
+    if (!q) {
+        RS_INC(&rs->stats.down);
+        return -1;
+    }
+    *q = (struct question){rs, cb, owner, token};
+    char k[2 + 2 * RSTORE_KEY_LEN + 16];
+    int n = snprintf(k, sizeof k, "mtproxy:r:");
+    for (int i = 0; i < RSTORE_KEY_LEN; i++)
+        n += snprintf(k + n, sizeof k - (size_t)n, "%02x", key[i]);
+    if (redisAsyncCommand(rs->ac, on_answer, q, "SET %s 1 NX PX %u", k,
+                          ttl_ms ? ttl_ms : 1) != REDIS_OK) {
+        free(q);
+        RS_INC(&rs->stats.down);
+        return -1;
+    }
+    rs->inflight++;
+    RS_INC(&rs->stats.asked);
+    return 0;
+}
+
+void rstore_stop(struct rstore *rs)
+{
+    rs->stopping = 1;
+    ev_timer_stop(rs->loop, &rs->retry);
+    if (rs->ac) {
+        redisAsyncContext *ac = rs->ac;
+        rs->ac = NULL;
+        redisAsyncFree(ac); /* pending callbacks get NULL replies: RSTORE_FAILED */
+    }
+}
+#else /* no hiredis: rstore_parse_url refuses every URL, so no store is ever configured */
+void rstore_init(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg)
+{
+    memset(rs, 0, sizeof *rs);
+    rs->loop = loop;
+    rs->cfg = cfg;
+}
+
+int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned ttl_ms,
+                 rstore_cb cb, void *owner, uint64_t token)
+{
+    (void)key, (void)ttl_ms, (void)cb, (void)owner, (void)token;
+    RS_INC(&rs->stats.down);
+    return -1;
+}
+
+void rstore_stop(struct rstore *rs)
+{
+    rs->stopping = 1;
+}
+#endif
