@@ -195,3 +195,46 @@ def test_fail_closed(procs):
     assert not res["ok"], res
     assert f.dc.headers(mark) == 0
     assert sum(stats(p)["store_failed"] for p in f.p) >= 1
+
+
+def test_unix_socket_and_slow_store(procs):
+    """redis:// with a Unix socket path and ?db=; a store that stops answering (SIGSTOP) costs a
+    handshake at most replay-store-timeout, then fail-open serves it."""
+    exe = need("redis-server", "redis-server")
+    sock = os.path.join(procs.workdir, "redis.sock")
+    r = Proc("redis-unix", [exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+                            "--save", "", "--appendonly", "no", "--dir", procs.workdir],
+             procs.workdir)
+    procs.all.append(r)
+    assert wait_until(lambda: os.path.exists(sock), T(5))
+    plain = new_secret()
+    dc = procs.fake_dc([(i, "normal") for i in DC_IDS])
+    proxy = procs.proxy([("plain", plain)], [(i, dc.addr(i)) for i in DC_IDS],
+                        extra=["--replay-store", f"redis://{sock}?db=5",
+                               "--replay-store-timeout", "300ms"])
+    assert wait_until(lambda: "replay-store: connected" in proxy.stderr_tail(400), T(5))
+    wire = captured_client(plain)
+    assert len(raw_session(proxy.port, wire)) >= 64
+    # The key is in database 5 of that server, with an expiry.
+    cli = shutil.which("redis-cli")
+    if cli:
+        import subprocess
+        keys = subprocess.run([cli, "-s", sock, "-n", "5", "--scan", "--pattern", "mtproxy:r:*"],
+                              capture_output=True, timeout=T(5)).stdout.split()
+        assert len(keys) == 1, keys
+        ttl = subprocess.run([cli, "-s", sock, "-n", "5", "pttl", keys[0]],
+                             capture_output=True, timeout=T(5)).stdout
+        assert int(ttl) > 3600 * 1000, ttl
+    # Slow: redis stopped. A new handshake waits up to the timeout, then is served (fail open).
+    os.kill(r.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        res = procs.client(proxy, plain, "dd", 2, 1000, 1000)
+        assert_ok(res)
+        assert res["wall"] >= 0.25 and time.monotonic() - t0 < T(3), res["wall"]
+        assert stats(proxy)["store_failed"] == 1
+    finally:
+        os.kill(r.pid, signal.SIGCONT)
+    # Answering again: the late answer to the old question is ignored, new ones are asked.
+    assert_ok(procs.client(proxy, plain, "dd", 2, 1000, 1000))
+    assert stats(proxy)["store_failed"] == 1
