@@ -10,6 +10,10 @@
 
 #include "core/log.h"
 
+#define RS_INC(p)                                                                              \
+    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1,            \
+                          memory_order_relaxed)
+
 #ifdef MTPROXY_HAVE_HIREDIS
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -19,9 +23,6 @@
 #define RSTORE_BACKOFF_MAX 10.0
 #define RSTORE_INFLIGHT_MAX 4096 /* questions waiting per worker; past it: "down" */
 
-#define RS_INC(p)                                                                              \
-    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1,            \
-                          memory_order_relaxed)
 
 #define RSTORE_BUILT 1
 #else
