@@ -63,6 +63,12 @@ void replay_free(struct replay *r);
  * now is unix time; callers on several threads may pass values a second or two apart. */
 int replay_check_and_add(struct replay *r, const uint8_t key[REPLAY_KEY_LEN], uint32_t now);
 
+/* Like replay_check_and_add, but an entry it adds is never expired by the window, only pushed
+ * out by FIFO eviction: for keys that carry no time stamp of their own (obfuscated2 headers),
+ * whose replay must be refused however late it comes. */
+int replay_check_and_add_timeless(struct replay *r, const uint8_t key[REPLAY_KEY_LEN],
+                                  uint32_t now);
+
 /* Like replay_check_and_add but never adds: 1 if key is present within the window, else 0. */
 int replay_contains(struct replay *r, const uint8_t key[REPLAY_KEY_LEN], uint32_t now);
 

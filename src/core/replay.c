@@ -163,8 +163,12 @@ static struct replay_shard *shard_of(struct replay *r, uint64_t h) {
     return &r->shards[r->shard_shift == 64 ? 0 : h >> r->shard_shift];
 }
 
+/* The time stamp of an entry the window never expires (obfuscated2 headers: they carry no
+ * time of their own, so only FIFO eviction may ever forget one). */
+#define TS_TIMELESS UINT32_MAX
+
 static int expired(const struct replay *r, uint32_t ts, uint32_t now) {
-    return r->window && (int64_t)now - (int64_t)ts > (int64_t)r->window;
+    return r->window && ts != TS_TIMELESS && (int64_t)now - (int64_t)ts > (int64_t)r->window;
 }
 
 /* Index slot holding ring position pos + 1 for a key of hash h, or -1 (the position is dead). */
@@ -218,8 +222,10 @@ static void pop_tail(const struct replay *r, struct replay_shard *s) {
 }
 
 static void add(const struct replay *r, struct replay_shard *s, uint64_t h,
-                const uint8_t key[REPLAY_KEY_LEN], uint32_t now) {
-    /* reclaim the expired head of the queue first, then make room if still full */
+                const uint8_t key[REPLAY_KEY_LEN], uint32_t now, uint32_t ts) {
+    /* reclaim the expired head of the queue first, then make room if still full (a timeless
+     * entry at the head stops the reclaim: the expired ones behind it go by FIFO instead, and
+     * lookups count them absent meanwhile) */
     while (s->count > 0 && expired(r, s->ring[(s->head + s->cap - s->count) % s->cap].ts, now)) {
         pop_tail(r, s);
         s->expired++;
@@ -230,7 +236,7 @@ static void add(const struct replay *r, struct replay_shard *s, uint64_t h,
     }
     uint32_t pos = s->head;
     memcpy(s->ring[pos].key, key, REPLAY_KEY_LEN);
-    s->ring[pos].ts = now;
+    s->ring[pos].ts = ts;
     s->head = (s->head + 1) % s->cap;
     s->count++;
     uint32_t i = (uint32_t)h & s->mask;
@@ -240,7 +246,7 @@ static void add(const struct replay *r, struct replay_shard *s, uint64_t h,
 }
 
 static int lookup(struct replay *r, const uint8_t key[REPLAY_KEY_LEN], uint32_t now,
-                  int add_if_absent) {
+                  int add_if_absent, int timeless) {
     if (!r)
         return 0;
     uint64_t h = key_hash(r, key);
@@ -260,17 +266,22 @@ static int lookup(struct replay *r, const uint8_t key[REPLAY_KEY_LEN], uint32_t 
         }
     }
     if (!seen && add_if_absent)
-        add(r, s, h, key, now);
+        add(r, s, h, key, now, timeless ? TS_TIMELESS : now);
     pthread_mutex_unlock(&s->lock);
     return seen;
 }
 
 int replay_check_and_add(struct replay *r, const uint8_t key[REPLAY_KEY_LEN], uint32_t now) {
-    return lookup(r, key, now, 1);
+    return lookup(r, key, now, 1, 0);
+}
+
+int replay_check_and_add_timeless(struct replay *r, const uint8_t key[REPLAY_KEY_LEN],
+                                  uint32_t now) {
+    return lookup(r, key, now, 1, 1);
 }
 
 int replay_contains(struct replay *r, const uint8_t key[REPLAY_KEY_LEN], uint32_t now) {
-    return lookup(r, key, now, 0);
+    return lookup(r, key, now, 0, 0);
 }
 
 void replay_stats(struct replay *r, struct replay_stats *out) {

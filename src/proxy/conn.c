@@ -481,7 +481,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     /* Replays of a plain/dd header (FakeTLS hellos were checked already): the key and IV
      * material is 48 random bytes chosen by the client; 16 of them identify it. */
     if (!c->tls && !c->rs_verdict && pw->replay &&
-        replay_check_and_add(pw->replay, c->hdr + 8, (uint32_t)ev_now(pw->w->loop))) {
+        replay_check_and_add_timeless(pw->replay, c->hdr + 8, (uint32_t)ev_now(pw->w->loop))) {
         STAT_INC(&pw->stats.replays);
         reject(c, c->hdr, OBFS2_HDR_LEN, NULL, "replayed header");
         return;

@@ -248,8 +248,9 @@ const struct config_option options_table[] = {
      "handshake draws a length uniformly between the two."},
     {.name = "replay-cache", .type = CFG_SIZE, .offset = OFF(replay_cache), .def = "4M",
      .max = 1LL << 32, .arg = "BYTES", .help = "Memory for the replay cache shared by all "
-     "workers: handshakes seen within tls-time-skew are remembered and a repeat is fronted "
-     "as a probe (0 = off)."},
+     "workers: FakeTLS hellos are remembered for twice tls-time-skew, plain and dd headers "
+     "(which carry no time) until the cache is full, oldest first; a repeat is fronted as a "
+     "probe (0 = off)."},
     {.name = "replay-store", .type = CFG_CUSTOM, .arg = "redis://[:PASS@]HOST:PORT[/DB]",
      .parse = parse_rstore,
      .help = "Share replay detection between instances (a fleet behind one address) through "

@@ -141,6 +141,32 @@ static void test_window(void **state) {
     replay_free(r);
 }
 
+/* Timeless entries (obfuscated2 headers) outlive the window; only FIFO eviction drops them,
+ * and they do not stop expired timed entries from counting as absent. */
+static void test_timeless(void **state) {
+    (void)state;
+    struct replay *r = make(4, 10, 1);
+    uint8_t a[16], b[16], c[16];
+    mkkey(a, 0, 1);
+    mkkey(b, 0, 2);
+    mkkey(c, 0, 3);
+    assert_int_equal(replay_check_and_add_timeless(r, a, 100), 0);
+    assert_int_equal(replay_check_and_add(r, b, 100), 0);
+    /* long after the window: the timed key is forgotten, the timeless one is not */
+    assert_int_equal(replay_check_and_add_timeless(r, a, 100000), 1);
+    assert_int_equal(replay_contains(r, a, 4000000000u), 1);
+    assert_int_equal(replay_contains(r, b, 100000), 0);
+    assert_int_equal(replay_check_and_add(r, b, 100000), 0); /* re-added, now fresh */
+    assert_int_equal(replay_check_and_add(r, b, 100001), 1);
+    /* a full shard evicts the oldest, timeless or not */
+    for (uint64_t i = 10; i < 14; i++) {
+        mkkey(c, 1, i);
+        assert_int_equal(replay_check_and_add(r, c, 100002), 0);
+    }
+    assert_int_equal(replay_contains(r, a, 100002), 0);
+    replay_free(r);
+}
+
 static void test_capacity_fifo(void **state) {
     (void)state;
     struct replay *r = make(8, 3600, 1);
@@ -308,7 +334,7 @@ int main(void) {
         cmocka_unit_test(test_add_check),     cmocka_unit_test(test_config),
         cmocka_unit_test(test_window),        cmocka_unit_test(test_capacity_fifo),
         cmocka_unit_test(test_dead_slot),     cmocka_unit_test(test_model),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads),       cmocka_unit_test(test_timeless),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
