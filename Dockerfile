@@ -7,7 +7,8 @@
 # Configure with a mounted file (-v /srv/mtproxy.conf:/etc/mtproxy/mtproxy.conf:ro) and/or
 # --KEY VALUE flags after the image name (they replace the default command, so keep --config if
 # you want the file). With no secret configured, one is generated into the state volume and
-# its links are printed: docker logs mtproxy. See packaging/README.md.
+# its links are written next to it: docker exec mtproxy cat /var/lib/mtproxy/mtproxy.state.links.
+# See packaging/README.md.
 
 FROM debian:bookworm-slim AS build
 # Not pinned (DL3008): bookworm's security updates should flow into rebuilt images.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "core/replay.h"
 #include "core/sock.h"
@@ -135,7 +136,10 @@ static void fit_fd_limit(struct options *o, int nworkers)
     }
 }
 
-static void print_links(const struct options *o)
+/* The links carry the secrets, so they never go to the log (a journal or a shared log file is
+ * read by more people than the config): to stdout when it is a terminal, and to links-file
+ * (default: the state-file's path + ".links"), written 0600 like the state file. */
+static void print_links(const struct options *o, uid_t owner)
 {
     char host[256];
     if (o->public_host[0]) {
@@ -146,21 +150,39 @@ static void print_links(const struct options *o)
         snprintf(host, sizeof host, "localhost");
     }
     int port = o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
-    int to_stdout = !o->daemonize;
+    int tty = !o->daemonize && isatty(STDOUT_FILENO);
+    size_t cap = (size_t)o->nsecrets * 2200 + 1, n = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return;
+    text[0] = 0;
     for (int i = 0; i < o->nsecrets; i++) {
         char tg[1024], https[1024];
         if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https))
             continue;
-        if (to_stdout) {
-            printf("secret %s: %s\nsecret %s: %s\n", o->secrets[i].name, tg,
-                   o->secrets[i].name, https);
-        } else {
-            log_info("secret %s: %s", o->secrets[i].name, tg);
-            log_info("secret %s: %s", o->secrets[i].name, https);
-        }
+        n += (size_t)snprintf(text + n, cap - n, "secret %s: %s\nsecret %s: %s\n",
+                              o->secrets[i].name, tg, o->secrets[i].name, https);
     }
-    if (to_stdout)
+    if (tty) {
+        fputs(text, stdout);
         fflush(stdout);
+    }
+    char path[OPT_PATH_MAX + 8];
+    if (strcmp(o->links_file, "off") == 0)
+        path[0] = 0;
+    else if (o->links_file[0])
+        snprintf(path, sizeof path, "%s", o->links_file);
+    else
+        snprintf(path, sizeof path, "%s.links", o->state_file);
+    char err[600];
+    if (path[0] && fs_write_atomic(path, text, n, 0600, owner, err, sizeof err))
+        log_warn("links-file: %s", err);
+    else if (path[0])
+        log_info("links of %d secret%s written to %s", o->nsecrets, o->nsecrets == 1 ? "" : "s",
+                 path);
+    else if (!tty)
+        log_info("links not shown: stdout is not a terminal and links-file is off");
+    free(text);
     if (!o->public_host[0])
         log_info("links use host '%s'; set public-host to the address clients reach", host);
 }
@@ -179,16 +201,32 @@ static int drop_privileges(const char *user)
     return 0;
 }
 
-static int write_pidfile(const char *path)
+/* The pidfile, written atomically (no planted symlink or leftover followed) and given to the
+ * user the process will run as, so that it can still remove it (or, in a directory that user
+ * cannot write, empty it) at exit. */
+static int write_pidfile(const char *path, uid_t owner)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        log_error("cannot write pidfile %s: %s", path, strerror(errno));
+    char pid[32], err[600];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (fs_write_atomic(path, pid, (size_t)n, 0644, owner, err, sizeof err)) {
+        log_error("pidfile: %s", err);
         return -1;
     }
-    dprintf(fd, "%ld\n", (long)getpid());
-    close(fd);
     return 0;
+}
+
+static void remove_pidfile(const char *path)
+{
+    if (unlink(path) == 0 || errno == ENOENT)
+        return;
+    int e = errno;
+    /* Its directory is not ours to change after dropping privileges: leave it empty (a pid
+     * no init script will mistake for a live process) and say how to avoid it. */
+    if (truncate(path, 0) == 0)
+        log_warn("pidfile %s emptied, not removed (%s): give the user a directory of its own "
+                 "for it, e.g. /run/mtproxy", path, strerror(e));
+    else
+        log_warn("cannot remove pidfile %s: %s", path, strerror(e));
 }
 
 static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
@@ -396,13 +434,22 @@ int main(int argc, char **argv)
                  cidr_set_count(&acl.allow), cidr_set_count(&acl.deny),
                  cidr_set_memory(&acl.allow) + cidr_set_memory(&acl.deny),
                  acl.has_allow ? ": only allowed sources are served" : "");
-    print_links(&opt);
+    uid_t run_uid = (uid_t)-1;
+    if (opt.user[0]) {
+        struct passwd *upw = getpwnam(opt.user);
+        if (!upw) {
+            log_error("user '%s' does not exist", opt.user);
+            return EXIT_CONFIG;
+        }
+        run_uid = upw->pw_uid;
+    }
+    print_links(&opt, run_uid);
 
     if (opt.daemonize && daemon(1, 0) != 0) {
         log_error("daemonize: %s", strerror(errno));
         return 1;
     }
-    if (opt.pidfile[0] && write_pidfile(opt.pidfile))
+    if (opt.pidfile[0] && write_pidfile(opt.pidfile, run_uid))
         return 1;
     if (opt.user[0] && drop_privileges(opt.user))
         return 1;
@@ -439,7 +486,7 @@ int main(int argc, char **argv)
     }
     log_stats(pws, ws, nworkers);
     if (opt.pidfile[0])
-        unlink(opt.pidfile);
+        remove_pidfile(opt.pidfile);
     log_info("stopped");
     free(ws);
     free(pws);

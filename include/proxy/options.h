@@ -88,6 +88,7 @@ struct options {
     char pidfile[OPT_PATH_MAX];
     int daemonize;
     char state_file[OPT_PATH_MAX];
+    char links_file[OPT_PATH_MAX]; /* "" = state_file + ".links", "off" = none */
 
     /* Access list (checked at accept, before any byte is read): deny wins; with any allow
      * entry only allowed sources are served. Files are read at start (and on reload). */

@@ -1,6 +1,8 @@
 /* options.c: the mtproxy option table and the custom parsers for listen, secret and dc. */
 #include "proxy/options.h"
 
+#include "core/fsutil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -329,6 +331,11 @@ const struct config_option options_table[] = {
     {.name = "socks5-mask", .type = CFG_BOOL, .offset = OFF(socks5_mask), .def = "off",
      .arg = "on|off", .help = "Also front probes to the real site through the socks5 server "
      "(off: fronting connects directly)."},
+    {.name = "links-file", .type = CFG_STRING, .offset = OFF(links_file),
+     .str_size = OPT_PATH_MAX, .arg = "PATH|off", .help = "Where the tg:// and t.me links of "
+     "every secret are written at start (mode 0600: they carry the secrets). Default: the "
+     "state-file's path with .links appended. They are also printed when stdout is a "
+     "terminal, and never logged."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
@@ -496,29 +503,16 @@ int options_load_state(struct options *o, const char *path, char *err, size_t er
 
 int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen)
 {
-    char hex[2 * (SECRET_KEY_LEN + 1 + SECRET_DOMAIN_MAX) + 1], tmp[OPT_PATH_MAX + 8];
+    char hex[2 * (SECRET_KEY_LEN + 1 + SECRET_DOMAIN_MAX) + 1];
     secret_to_hex(s, hex, sizeof hex);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot write state file %s: %s", tmp, strerror(errno));
-        return -1;
-    }
     char buf[sizeof hex + 256];
     int n = snprintf(buf, sizeof buf,
                      "# mtproxy state: the secret generated at first start (no secret was "
                      "configured).\n# Keep it private. Delete this file to get a new one.\n"
                      "secret = %s:%s\n", s->name, hex);
-    if (write(fd, buf, (size_t)n) != n || fsync(fd) != 0) {
-        snprintf(err, errlen, "cannot write state file %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
+    char e[512];
+    if (fs_write_atomic(path, buf, (size_t)n, 0600, (uid_t)-1, e, sizeof e)) {
+        snprintf(err, errlen, "state file: %s", e);
         return -1;
     }
     return 0;

@@ -48,3 +48,102 @@ def test_dd_replay_after_the_time_window(procs):
     assert stats(proxy)["replays"] == 1
     # a fresh client is served all the same
     assert_ok(procs.client(proxy, plain, "dd", 2, 1000, 1000))
+
+
+def run_daemon(bins, tmp_path, *extra):
+    """mtproxy with daemonize = on; returns (pid, log path) once its pidfile names it."""
+    import subprocess
+    from harness import free_ports, mtproxy_argv
+    port = free_ports(1)[0]
+    log = tmp_path / "mtproxy.log"
+    pidfile = tmp_path / "run" / "mtproxy.pid"
+    r = subprocess.run(mtproxy_argv(bins, "--listen", f"127.0.0.1:{port}", "--dc-builtin", "off",
+                                    "--dc", "2 127.0.0.1:1", "--mask", "off", "--daemonize",
+                                    "on", "--log", str(log), "--pidfile", str(pidfile),
+                                    "--state-file", str(tmp_path / "state" / "mtproxy.state"),
+                                    *extra),
+                       capture_output=True, timeout=T(20))
+    assert r.returncode == 0, r
+    assert wait_until(lambda: pidfile.exists() and not pidfile.is_symlink() and
+                      pidfile.read_text().strip(), T(5))
+    pid = int(pidfile.read_text())
+    assert wait_until(lambda: " started, pid " in log.read_text(), T(5))
+    return pid, log, pidfile, r.stdout.decode() + r.stderr.decode()
+
+
+def stop(pid):
+    import signal
+    os.kill(pid, signal.SIGTERM)
+
+    def gone():
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+    assert wait_until(gone, T(10))
+
+
+def test_no_secret_in_the_log_when_daemonized(bins, tmp_path):
+    if not bins["mtproxy"]:
+        pytest.skip("MTPROXY_BIN not set")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "state").mkdir()
+    secret = "dd" + new_secret()
+    pid, log, pidfile, out = run_daemon(bins, tmp_path, "--secret", f"s:{secret}")
+    try:
+        text = log.read_text()
+        assert secret[2:] not in text and "tg://" not in text, text
+        assert secret[2:] not in out
+        links = (tmp_path / "state" / "mtproxy.state.links").read_text()
+        assert secret in links
+        # A generated secret (none configured) is not logged either.
+    finally:
+        stop(pid)
+    assert not pidfile.exists()
+
+
+def test_pidfile_planted_symlink_and_removal_after_dropping_privileges(bins):
+    import pathlib
+    import pwd
+    import shutil
+    import tempfile
+    if not bins["mtproxy"]:
+        pytest.skip("MTPROXY_BIN not set")
+    if os.getuid() != 0:
+        pytest.skip("needs root to drop privileges")
+    nobody = pwd.getpwnam("nobody")
+    # Outside pytest's private (0700) tree, so that the unprivileged user can reach it.
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="mtproxy-pidfile-"))
+    try:
+        pidfile_checks(bins, tmp_path, nobody)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def pidfile_checks(bins, tmp_path, nobody):
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "state").mkdir()
+    os.chmod(tmp_path, 0o755)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    # the old scheme's temporary names, and the pidfile itself, planted as symlinks
+    os.symlink(victim, run / "mtproxy.pid")
+    os.symlink(victim, run / "mtproxy.pid.tmp")
+    os.chown(run, nobody.pw_uid, nobody.pw_gid)  # a directory the user owns (like /run/mtproxy)
+    os.chown(tmp_path / "state", nobody.pw_uid, nobody.pw_gid)
+    pid, log, pidfile, out = run_daemon(bins, tmp_path, "--user", "nobody",
+                                        "--secret", f"s:{new_secret()}")
+    assert victim.read_text() == "precious\n"
+    assert not pidfile.is_symlink() and pidfile.stat().st_uid == nobody.pw_uid
+    stop(pid)
+    assert not pidfile.exists(), "pidfile left behind after dropping privileges"
+    assert victim.read_text() == "precious\n"
+    # In a directory the user cannot write, the pidfile is emptied and the log says why.
+    os.chown(run, 0, 0)
+    pid, log, pidfile, out = run_daemon(bins, tmp_path, "--user", "nobody",
+                                        "--secret", f"s:{new_secret()}")
+    stop(pid)
+    assert pidfile.read_text() == ""
+    assert "emptied, not removed" in log.read_text()

@@ -1,9 +1,11 @@
-"""test_tags.py: every obfuscated2 tag through plain and dd secrets; links printed at start."""
+"""test_tags.py: every obfuscated2 tag through plain and dd secrets; links written at start."""
+import os
 import re
 
 import pytest
 
-from harness import MODES, Std, assert_ok, assert_rejected, HANDSHAKE_TIMEOUT_S, new_secret
+from harness import (MODES, Std, T, assert_ok, assert_rejected, HANDSHAKE_TIMEOUT_S, new_secret,
+                     wait_until)
 
 
 @pytest.fixture(params=sorted(MODES))
@@ -41,9 +43,19 @@ def test_unknown_secret_rejected(env):
     assert env.dc.headers(mark) == 0
 
 
-def test_links_printed(env):
+def test_links_written_not_logged(env, tmp_path):
+    """The links carry the secrets: written to the links file (0600), not to stdout when it is
+    not a terminal, and never to the log."""
     port = env.proxy.port
+    path = str(tmp_path / "mtproxy.state.links")
+    assert wait_until(lambda: os.path.exists(path), T(5))
+    text = open(path).read()
+    assert os.stat(path).st_mode & 0o777 == 0o600
     for key in (env.plain, env.dd):
         for scheme in ("tg://proxy", "https://t.me/proxy"):
             link = f"{scheme}?server=127.0.0.1&port={port}&secret={key}"
-            assert env.proxy.wait_line(re.escape(link) + "$", 5), (link, env.proxy.lines)
+            assert link in text, (link, text)
+    assert not any("tg://" in line for line in env.proxy.lines), env.proxy.lines
+    log = env.proxy.stderr_tail(1000)
+    assert env.plain not in log and env.dd[2:] not in log
+    assert f"written to {path}" in log
