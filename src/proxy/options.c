@@ -512,7 +512,7 @@ int options_save_state(const struct secret *s, const char *path, char *err, size
                      "secret = %s:%s\n", s->name, hex);
     char e[512];
     if (fs_write_atomic(path, buf, (size_t)n, 0600, (uid_t)-1, e, sizeof e)) {
-        snprintf(err, errlen, "state file: %s", e);
+        snprintf(err, errlen, "cannot write state file: %s", e);
         return -1;
     }
     return 0;
