@@ -401,7 +401,8 @@ static void put_ext(uint8_t *b, size_t *n, uint16_t type, const uint8_t *d, size
     b[(*n)++] = (uint8_t)type;
     b[(*n)++] = (uint8_t)(len >> 8);
     b[(*n)++] = (uint8_t)len;
-    memcpy(b + *n, d, len);
+    if (len) /* d may be NULL for an empty extension: memcpy must not see it (UBSan) */
+        memcpy(b + *n, d, len);
     *n += len;
 }
 
@@ -1199,8 +1200,10 @@ int main(int argc, char **argv)
                        sp = s1.spliced - s0.spliced;
     if (!s0.have_stats || !s1.have_stats)
         rd = wr = sp = 0;
-    qsort(lat, lat_n, sizeof *lat, cmp_u64);
-    qsort(conn_lat, conn_lat_n, sizeof *conn_lat, cmp_u64);
+    if (lat_n) /* lat is NULL when nothing was timed: qsort must not see it (UBSan) */
+        qsort(lat, lat_n, sizeof *lat, cmp_u64);
+    if (conn_lat_n)
+        qsort(conn_lat, conn_lat_n, sizeof *conn_lat, cmp_u64);
     double hps = o.wl == WL_HS ? (double)hs_done / secs : 0;
     char row[1024];
     snprintf(row, sizeof row,

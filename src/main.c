@@ -445,9 +445,14 @@ int main(int argc, char **argv)
     }
     print_links(&opt, run_uid);
 
-    if (opt.daemonize && daemon(1, 0) != 0) {
-        log_error("daemonize: %s", strerror(errno));
-        return 1;
+    if (opt.daemonize) {
+        if (daemon(1, 0) != 0) {
+            log_error("daemonize: %s", strerror(errno));
+            return 1;
+        }
+        /* The loops (their epoll and eventfd descriptors) were made before the fork. */
+        for (int i = 0; i < nworkers; i++)
+            ev_loop_fork(ws[i].loop);
     }
     if (opt.pidfile[0] && write_pidfile(opt.pidfile, run_uid))
         return 1;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# sanitize.sh: builds everything with ASan + UBSan (build-asan) and runs the whole ctest suite.
+# sanitize.sh: builds everything (bench tools too) with ASan + UBSan (build-asan) and runs the ctest suite.
 #
 # Usage: tests/sanitize.sh [CTEST ARGS...]     e.g. tests/sanitize.sh -L unit
 #   CC                   compiler (default: clang if installed, else gcc)
@@ -21,7 +21,7 @@ fi
 export CC
 
 mkdir -p "$build"
-cmake -S "$root" -B "$build" -DMTPROXY_SANITIZE=ON -DMTPROXY_BENCH=OFF \
+cmake -S "$root" -B "$build" -DMTPROXY_SANITIZE=ON -DMTPROXY_BENCH=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log" >&2; exit 1; }
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" >"$build/build.log" 2>&1 ||

@@ -256,8 +256,9 @@ static char *trim(char *s)
 }
 
 /* Copies the next line of data[*pos..len) into line the way fgets(3) would: at most
- * cap - 1 bytes, stopping after a '\n'. Returns 0 at the end of the data. */
-static int next_line(const char *data, size_t len, size_t *pos, char *line, size_t cap)
+ * cap - 1 bytes, stopping after a '\n'. Returns the bytes copied (a NUL among them is
+ * copied too: the caller must not measure the line with strlen), 0 at the end of the data. */
+static size_t next_line(const char *data, size_t len, size_t *pos, char *line, size_t cap)
 {
     if (*pos >= len)
         return 0;
@@ -270,7 +271,7 @@ static int next_line(const char *data, size_t len, size_t *pos, char *line, size
     memcpy(line, data + *pos, n);
     line[n] = 0;
     *pos += n;
-    return 1;
+    return n;
 }
 
 int config_load_buffer(struct config_parser *p, const char *name, const char *data, size_t len)
@@ -279,11 +280,11 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
     char line[CONFIG_LINE_MAX];
     size_t pos = 0;
     int lineno = 0;
-    while (next_line(data, len, &pos, line, sizeof line)) {
+    size_t n;
+    while ((n = next_line(data, len, &pos, line, sizeof line)) > 0) {
         lineno++;
         char where[300];
         snprintf(where, sizeof where, "%s:%d", name, lineno);
-        size_t n = strlen(line);
         if (n == sizeof line - 1 && line[n - 1] != '\n') {
             add_error(&p->errors, "%s: line too long", where);
             const char *nl = memchr(data + pos, '\n', len - pos); /* skip the rest of it */

@@ -452,6 +452,9 @@ int options_validate(struct config_parser *p, struct options *o)
     if (o->max_buffer < o->block_size)
         ERR("max-buffer (%zu) must be at least block-size (%zu)", o->max_buffer,
             o->block_size);
+    if (o->daemonize && strcmp(o->log, "stderr") == 0)
+        ERR("daemonize = on closes stderr: set log = syslog or log = PATH, or it loses every "
+            "log line");
     if (o->only_ipv4 && o->prefer_ipv6)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)

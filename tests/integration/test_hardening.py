@@ -50,15 +50,16 @@ def test_dd_replay_after_the_time_window(procs):
     assert_ok(procs.client(proxy, plain, "dd", 2, 1000, 1000))
 
 
-def run_daemon(bins, tmp_path, *extra):
-    """mtproxy with daemonize = on; returns (pid, log path) once its pidfile names it."""
+def run_daemon(bins, tmp_path, *extra, dc="127.0.0.1:1"):
+    """mtproxy with daemonize = on; returns (pid, log path, pidfile, output, port) once its
+    pidfile names it."""
     import subprocess
     from harness import free_ports, mtproxy_argv
     port = free_ports(1)[0]
     log = tmp_path / "mtproxy.log"
     pidfile = tmp_path / "run" / "mtproxy.pid"
     r = subprocess.run(mtproxy_argv(bins, "--listen", f"127.0.0.1:{port}", "--dc-builtin", "off",
-                                    "--dc", "2 127.0.0.1:1", "--mask", "off", "--daemonize",
+                                    "--dc", f"2 {dc}", "--mask", "off", "--daemonize",
                                     "on", "--log", str(log), "--pidfile", str(pidfile),
                                     "--state-file", str(tmp_path / "state" / "mtproxy.state"),
                                     *extra),
@@ -68,7 +69,7 @@ def run_daemon(bins, tmp_path, *extra):
                       pidfile.read_text().strip(), T(5))
     pid = int(pidfile.read_text())
     assert wait_until(lambda: " started, pid " in log.read_text(), T(5))
-    return pid, log, pidfile, r.stdout.decode() + r.stderr.decode()
+    return pid, log, pidfile, r.stdout.decode() + r.stderr.decode(), port
 
 
 def stop(pid):
@@ -84,14 +85,18 @@ def stop(pid):
     assert wait_until(gone, T(10))
 
 
-def test_no_secret_in_the_log_when_daemonized(bins, tmp_path):
+def test_no_secret_in_the_log_when_daemonized(bins, procs, tmp_path):
     if not bins["mtproxy"]:
         pytest.skip("MTPROXY_BIN not set")
     (tmp_path / "run").mkdir()
     (tmp_path / "state").mkdir()
     secret = "dd" + new_secret()
-    pid, log, pidfile, out = run_daemon(bins, tmp_path, "--secret", f"s:{secret}")
+    dc = procs.fake_dc([(2, "normal")])
+    pid, log, pidfile, out, port = run_daemon(bins, tmp_path, "--secret", f"s:{secret}",
+                                              dc=dc.addr(2))
     try:
+        # the loops made before the fork work in the daemon (ev_loop_fork)
+        assert_ok(procs.client(f"127.0.0.1:{port}", secret, "dd", 2, 100000, 100000))
         text = log.read_text()
         assert secret[2:] not in text and "tg://" not in text, text
         assert secret[2:] not in out
@@ -133,7 +138,7 @@ def pidfile_checks(bins, tmp_path, nobody):
     os.symlink(victim, run / "mtproxy.pid.tmp")
     os.chown(run, nobody.pw_uid, nobody.pw_gid)  # a directory the user owns (like /run/mtproxy)
     os.chown(tmp_path / "state", nobody.pw_uid, nobody.pw_gid)
-    pid, log, pidfile, out = run_daemon(bins, tmp_path, "--user", "nobody",
+    pid, log, pidfile, out, _ = run_daemon(bins, tmp_path, "--user", "nobody",
                                         "--secret", f"s:{new_secret()}")
     assert victim.read_text() == "precious\n"
     assert not pidfile.is_symlink() and pidfile.stat().st_uid == nobody.pw_uid
@@ -142,7 +147,7 @@ def pidfile_checks(bins, tmp_path, nobody):
     assert victim.read_text() == "precious\n"
     # In a directory the user cannot write, the pidfile is emptied and the log says why.
     os.chown(run, 0, 0)
-    pid, log, pidfile, out = run_daemon(bins, tmp_path, "--user", "nobody",
+    pid, log, pidfile, out, _ = run_daemon(bins, tmp_path, "--user", "nobody",
                                         "--secret", f"s:{new_secret()}")
     stop(pid)
     assert pidfile.read_text() == ""

@@ -419,6 +419,20 @@ static void test_file_long_line(void **state) {
     assert_int_equal(strlen(text), CONFIG_LINE_MAX - 1);
     assert_int_equal(config_load_buffer(&P, "t.conf", text, strlen(text)), 0);
     assert_int_equal(C.num, 6);
+    /* A long line with a NUL early in it is still one too-long line: its tail (here a valid
+     * directive past the 4,095th byte) is never parsed as another line. */
+    memset(&P.errors, 0, sizeof P.errors);
+    C.num = 0;
+    size_t len = 0;
+    memcpy(text, "name = x", 8);
+    text[8] = 0;
+    memset(text + 9, 'b', CONFIG_LINE_MAX - 9);
+    len = CONFIG_LINE_MAX;
+    memcpy(text + len, "num = 7\n", 8);
+    len += 8;
+    assert_int_equal(config_load_buffer(&P, "t.conf", text, len), 1);
+    assert_string_equal(P.errors.msg[0], "t.conf:1: line too long");
+    assert_int_equal(C.num, 0);
     free(text);
 }
 

@@ -309,6 +309,17 @@ static int teardown_dir(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* daemonize closes stderr: logging there would lose every line. */
+static void test_daemonize_needs_a_log(void **state) {
+    (void)state;
+    assert_int_equal(load("listen = 127.0.0.1:1\ndaemonize = on\n"), 0);
+    assert_int_equal(options_validate(&P, &O), 1);
+    assert_true(has_error("daemonize = on closes stderr"));
+    assert_int_equal(options_init(&P, &O), 0);
+    assert_int_equal(load("listen = 127.0.0.1:1\ndaemonize = on\nlog = /var/log/m.log\n"), 0);
+    assert_int_equal(options_validate(&P, &O), 0);
+}
+
 /* The key the documentation showed is refused in every kind; a neighbour key is not. */
 static void test_documented_secret_refused(void **state) {
     (void)state;
@@ -414,6 +425,7 @@ int main(void) {
         cmocka_unit_test_setup(test_validate_cross_key, setup),
         cmocka_unit_test_setup(test_validate_passes_at_the_edges, setup),
         cmocka_unit_test_setup(test_documented_secret_refused, setup),
+        cmocka_unit_test_setup(test_daemonize_needs_a_log, setup),
         cmocka_unit_test_setup_teardown(test_state_round_trip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_state_bad_files, setup_dir, teardown_dir),
     };
