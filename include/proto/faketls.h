@@ -173,6 +173,16 @@ enum faketls_verify faketls_hello_verify(const uint8_t *buf, const struct faketl
                                          int64_t now, const struct faketls_time *tp,
                                          struct faketls_match *m);
 
+/* faketls_hello_verify, but with sni_only set only the secrets whose domain the hello names
+ * in its SNI are tried (what tls-sni-check would accept anyway): a hello naming none of our
+ * domains is BAD_MAC without computing any HMAC. *tries (if not NULL) is set to the number of
+ * HMACs computed. */
+enum faketls_verify faketls_hello_verify_sni(const uint8_t *buf, const struct faketls_hello *h,
+                                             const struct secret *secrets, size_t nsecrets,
+                                             int64_t now, const struct faketls_time *tp,
+                                             int sni_only, struct faketls_match *m,
+                                             unsigned *tries);
+
 /* Name of a verify result for logs ("ok", "bad-mac", "stale", "future"). */
 const char *faketls_verify_name(enum faketls_verify v);
 

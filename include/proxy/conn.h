@@ -156,6 +156,8 @@ struct proxy_stats {
                                         * instance, or this one before a restart) */
     _Atomic uint64_t store_failed;     /* the store did not answer in time (or was down):
                                         * replay-store-fail applied */
+    _Atomic uint64_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
+                                        * cost; with tls-sni-check only its domain's secrets) */
     _Atomic uint64_t closed[CR_COUNT];
 };
 

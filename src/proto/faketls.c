@@ -400,6 +400,16 @@ enum faketls_verify faketls_hello_verify(const uint8_t *buf, const struct faketl
                                          const struct secret *secrets, size_t nsecrets,
                                          int64_t now, const struct faketls_time *tp,
                                          struct faketls_match *m) {
+    return faketls_hello_verify_sni(buf, h, secrets, nsecrets, now, tp, 0, m, NULL);
+}
+
+enum faketls_verify faketls_hello_verify_sni(const uint8_t *buf, const struct faketls_hello *h,
+                                             const struct secret *secrets, size_t nsecrets,
+                                             int64_t now, const struct faketls_time *tp,
+                                             int sni_only, struct faketls_match *m,
+                                             unsigned *tries) {
+    if (tries)
+        *tries = 0;
     struct crypto_span spans[VERIFY_SPANS_MAX];
     uint8_t hdr[FAKETLS_RECORD_HDR_LEN], mac[CRYPTO_SHA256_LEN];
     const uint8_t *rnd = h->client.random;
@@ -411,6 +421,12 @@ enum faketls_verify faketls_hello_verify(const uint8_t *buf, const struct faketl
     for (size_t i = 0; i < nsecrets; i++) {
         if (secrets[i].kind != SECRET_EE)
             continue;
+        /* With the SNI check on, a secret whose domain the hello does not name could never be
+         * accepted: it costs no HMAC (a probe naming none of our domains costs none). */
+        if (sni_only && !faketls_hello_has_sni(h, secrets[i].domain))
+            continue;
+        if (tries)
+            (*tries)++;
         crypto_hmac_sha256_spans(secrets[i].key, SECRET_KEY_LEN, spans, n, mac);
         if (!crypto_memeq(mac, rnd, FAKETLS_RANDOM_LEN - 4))
             continue;

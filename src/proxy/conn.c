@@ -623,8 +623,10 @@ static void tls_hello_check(struct conn *c)
     struct faketls_match m;
     size_t first = c->rs_verdict ? c->secret_idx : 0; /* after the store: that secret only */
     size_t count = c->rs_verdict ? 1 : (size_t)o->nsecrets;
-    enum faketls_verify v =
-        faketls_hello_verify(c->hbuf, &h, o->secrets + first, count, now, &tp, &m);
+    unsigned tries = 0;
+    enum faketls_verify v = faketls_hello_verify_sni(c->hbuf, &h, o->secrets + first, count, now,
+                                                     &tp, o->tls_sni_check, &m, &tries);
+    STAT_ADD(&pw->stats.tls_hmacs, tries);
     if (v == FAKETLS_VERIFY_OK)
         m.secret_index += (int)first;
     if (v != FAKETLS_VERIFY_OK) {
@@ -1125,6 +1127,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(socks_fails);
     ADD(store_replays);
     ADD(store_failed);
+    ADD(tls_hmacs);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

@@ -152,3 +152,33 @@ def pidfile_checks(bins, tmp_path, nobody):
     stop(pid)
     assert pidfile.read_text() == ""
     assert "emptied, not removed" in log.read_text()
+
+
+def test_bogus_hello_cost_with_64_secrets(procs):
+    """A FakeTLS probe costs one HMAC per secret it could belong to: with tls-sni-check (the
+    default) only the secrets of the domain it names, none for a domain that is not ours."""
+    dc = procs.fake_dc([(i, "normal") for i in DC_IDS])
+    dcs = [(i, dc.addr(i)) for i in DC_IDS]
+    secrets = []
+    for i in range(64):  # 32 domains, 2 secrets each
+        domain = f"d{i // 2}.example.net"
+        secrets.append((f"u{i}", "ee" + new_secret() + domain.encode().hex()))
+    on = procs.proxy(secrets, dcs, name="snicheck")
+    off = procs.proxy(secrets, dcs, extra=["--tls-sni-check", "off"], name="nosnicheck")
+    key = secrets[10][1]  # d5.example.net
+
+    def probe(proxy, sni, n=2):
+        before = stats(proxy)["tls_hmacs"]
+        for _ in range(n):
+            res = procs.client(proxy, key, "dd", 2, 100, 100, "--tls-wrong-key", "--tls-sni", sni,
+                               "--timeout", "10")
+            assert not res["ok"] and res["hellos"] == 0, res
+        return (stats(proxy)["tls_hmacs"] - before) / n
+
+    assert probe(on, "d5.example.net") == 2
+    assert probe(on, "not-ours.example.org") == 0
+    assert probe(off, "not-ours.example.org") == 64
+    # a real client of the last user is still served, at the cost of its domain's two secrets
+    before = stats(on)["tls_hmacs"]
+    assert_ok(procs.client(on, secrets[63][1], "dd", 2, 1000, 1000))
+    assert stats(on)["tls_hmacs"] - before == 2

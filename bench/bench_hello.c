@@ -1,0 +1,100 @@
+/* bench_hello.c: CPU per FakeTLS hello checked (a probe's cost) by number of ee secrets. */
+/*
+ * A ~1.8 KB ClientHello as Telegram's apps send it (tests/tools/tlsclient.h), signed with a key
+ * none of the secrets has (a probe), is parsed and verified against N ee secrets spread over
+ * N/2 domains, with tls-sni-check on (only the secrets of the SNI's domain are tried) and off
+ * (every secret is tried), and with an SNI that is none of ours. Median of 5 rounds.
+ * CSV: secrets,sni,sni_check,us_per_hello,hmacs_per_hello
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crypto/crypto.h"
+#include "proto/faketls.h"
+#include "proto/secret.h"
+#include "../tests/tools/tlsclient.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0;
+    const char *csv = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
+            csv = argv[++i];
+    }
+    static const size_t counts[] = {1, 64, 1000};
+    FILE *out = csv ? fopen(csv, "w") : NULL;
+    const char *hdr = "secrets,sni,sni_check,us_per_hello,hmacs_per_hello";
+    printf("%s\n", hdr);
+    if (out)
+        fprintf(out, "%s\n", hdr);
+    uint8_t wrong[16];
+    crypto_random(wrong, sizeof wrong);
+    for (size_t ci = 0; ci < 3; ci++) {
+        size_t n = counts[ci];
+        struct secret *secrets = calloc(n, sizeof *secrets);
+        if (!secrets)
+            return 1;
+        for (size_t i = 0; i < n; i++) {
+            secrets[i].kind = SECRET_EE;
+            crypto_random(secrets[i].key, sizeof secrets[i].key);
+            snprintf(secrets[i].domain, sizeof secrets[i].domain, "d%zu.example.net", i / 2);
+        }
+        for (int ours = 1; ours >= 0; ours--) {
+            for (int check = 1; check >= 0; check--) {
+                uint8_t hello[TLSC_HELLO_MAX];
+                size_t len = tlsc_build_hello(hello, sizeof hello, wrong,
+                                              ours ? "d0.example.net" : "not-ours.example.org",
+                                              (uint32_t)time(NULL));
+                struct faketls_hello h;
+                if (!len || faketls_hello_parse(hello, len, &h) != FAKETLS_OK) {
+                    fprintf(stderr, "bench_hello: hello did not parse\n");
+                    return 1;
+                }
+                size_t iters = quick ? 20 : (n >= 1000 ? 200 : 2000);
+                double rounds[5];
+                unsigned tries = 0;
+                for (int r = 0; r < 5; r++) {
+                    double t0 = now_s();
+                    for (size_t k = 0; k < iters; k++) {
+                        struct faketls_match m;
+                        faketls_hello_parse(hello, len, &h);
+                        if (faketls_hello_verify_sni(hello, &h, secrets, n, 0, NULL, check, &m,
+                                                     &tries) == FAKETLS_VERIFY_OK)
+                            return 1; /* signed with a key no secret has */
+                    }
+                    rounds[r] = (now_s() - t0) * 1e6 / (double)iters;
+                }
+                qsort(rounds, 5, sizeof rounds[0], cmp_double);
+                char line[160];
+                snprintf(line, sizeof line, "%zu,%s,%s,%.2f,%u", n, ours ? "ours" : "other",
+                         check ? "on" : "off", rounds[2], tries);
+                printf("%s\n", line);
+                if (out)
+                    fprintf(out, "%s\n", line);
+            }
+        }
+        free(secrets);
+    }
+    if (out)
+        fclose(out);
+    return 0;
+}
