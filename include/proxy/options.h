@@ -76,6 +76,7 @@ struct options {
     int backlog;
 
     unsigned handshake_timeout_ms;
+    unsigned probe_wait_ms;
     unsigned connect_timeout_ms;
     unsigned idle_timeout_ms;
     unsigned tcp_keepalive_ms;

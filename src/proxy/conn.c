@@ -714,6 +714,21 @@ static int looks_tls(const uint8_t *p)
     return p[0] == 0x16 && p[1] == 0x03 && (p[2] == 0x01 || p[2] == 0x03);
 }
 
+/* 1 if the first n bytes a plain connection sent can start no client's obfuscated2 header:
+ * clients never send these (PROTOCOL.md 1.2: HTTP verbs, transport markers, a TLS hello start,
+ * zeros at 4..7), so such a connection is fronted at once, with no silence a probe could time. */
+static int cannot_be_obfs2(const uint8_t *p, size_t n)
+{
+    static const char *const words[] = {"HEAD", "POST", "GET ", "OPTI", "\xdd\xdd\xdd\xdd",
+                                        "\xee\xee\xee\xee", "\x16\x03\x01\x02"};
+    if (n >= 1 && p[0] == 0xef)
+        return 1;
+    for (size_t i = 0; n >= 4 && i < sizeof words / sizeof words[0]; i++)
+        if (memcmp(p, words[i], 4) == 0)
+            return 1;
+    return n >= 8 && !(p[4] | p[5] | p[6] | p[7]);
+}
+
 static void header_read(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
@@ -743,6 +758,10 @@ static void header_read(struct conn *c)
             reject(c, c->hdr, c->hdr_len, NULL, "not TLS (TLS-only proxy)");
             return;
         }
+    }
+    if (c->hdr_len < OBFS2_HDR_LEN && cannot_be_obfs2(c->hdr, c->hdr_len)) {
+        reject(c, c->hdr, c->hdr_len, NULL, "not an obfuscated2 header (HTTP or similar)");
+        return;
     }
     if (c->hdr_len == OBFS2_HDR_LEN)
         header_done(c, NULL, 0);
@@ -1019,7 +1038,12 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     ev_io_init(&c->cli.io, on_cli_io, fd, EV_READ);
     c->cli.io.data = c;
     side_watch(c, &c->cli, EV_READ);
-    timer_arm(c, pw->opt->handshake_timeout_ms / 1000.0);
+    /* A client sends its whole header (or hello) at once: a connection still short of one after
+     * probe-wait is a probe, fronted then (never later than the handshake timeout). */
+    unsigned first = pw->opt->probe_wait_ms < pw->opt->handshake_timeout_ms
+                         ? pw->opt->probe_wait_ms
+                         : pw->opt->handshake_timeout_ms;
+    timer_arm(c, first / 1000.0);
     conn_check_accept(pw);
 }
 

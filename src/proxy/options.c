@@ -379,6 +379,11 @@ const struct config_option options_table[] = {
      .def = "10s", .min = 100, .arg = "DURATION", .help = "Time a client has to send its "
      "64-byte header. Clients that fail it, or send a bad header, are held silently for a "
      "random time around this value and closed."},
+    {.name = "probe-wait", .type = CFG_DURATION, .offset = OFF(probe_wait_ms), .def = "3s",
+     .min = 100, .arg = "DURATION", .help = "A connection that has not sent a whole header or "
+     "FakeTLS hello this long after connecting is treated as a probe (fronted, or held "
+     "without a fronting target); one whose first bytes no client sends (an HTTP request, "
+     "say) is at once. Real clients send their header in one go. At most handshake-timeout."},
     {.name = "connect-timeout", .type = CFG_DURATION, .offset = OFF(connect_timeout_ms),
      .def = "5s", .min = 100, .arg = "DURATION", .help = "Time to connect to one DC address "
      "before trying the next."},

@@ -182,3 +182,43 @@ def test_bogus_hello_cost_with_64_secrets(procs):
     before = stats(on)["tls_hmacs"]
     assert_ok(procs.client(on, secrets[63][1], "dd", 2, 1000, 1000))
     assert stats(on)["tls_hmacs"] - before == 2
+
+
+def front_probe(procs, payload, extra=()):
+    """Seconds until a probe got the fronted site's answer (handshake-timeout 10 s)."""
+    from harness import FakeWeb
+    web = FakeWeb()
+    try:
+        plain, dc, proxy = env(procs, ["--mask", "on", "--mask-host", "127.0.0.1",
+                                       "--mask-port", str(web.port),
+                                       "--handshake-timeout", "10s"] + list(extra))
+        s = socket.create_connection(("127.0.0.1", proxy.port), timeout=T(15))
+        t0 = time.monotonic()
+        s.sendall(payload)
+        got = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        assert got == FakeWeb.REPLY, got
+        assert bytes(web.received[0]) == payload
+        return time.monotonic() - t0
+    finally:
+        web.close()
+
+
+def test_http_probe_fronted_at_once(procs):
+    """A short HTTP request can be no client's header: it reaches the real site at once, not
+    after seconds of silence (a timing tell)."""
+    assert front_probe(procs, b"GET / HTTP/1.0\r\n\r\n") < T(0.5)
+    assert front_probe(procs, b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n") < T(0.5)
+
+
+def test_short_probe_fronted_after_probe_wait(procs):
+    """Bytes that could start a header but stop short: fronted after probe-wait, long before
+    the handshake timeout."""
+    secs = front_probe(procs, os.urandom(20).replace(b"\xef", b"\x01") + b"\r\n\r\n",
+                       ["--probe-wait", "600ms"])
+    assert 0.5 <= secs < T(2.0), secs
