@@ -127,6 +127,8 @@ struct conn {
     uint8_t rs_verdict;        /* replay-store answer for this handshake (enum rstore_verdict
                                 * + 1), 0 = not asked yet */
     uint8_t rs_resume;         /* STORE_WAIT: the state to go back to with the answer */
+    uint8_t authed;            /* proved a secret (valid header or FakeTLS hello): its close
+                                * is an operator's business, never rate-limited */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 
@@ -191,6 +193,12 @@ struct proxy_worker {
     uint64_t next_id;
     struct sock_opts sockopts;
     struct dcpool_set dcpool;
+    /* Log lines about strangers (rejected or failed handshakes), per close reason (and one
+     * more slot for reject lines): LOG_BURST a window, the rest counted and summed up. */
+    struct {
+        uint32_t shown, dropped;
+    } loglim[CR_COUNT + 1];
+    ev_timer loglim_timer;
     /* Idle pipes for splice; pipes_out counts those held by connections. */
     int (*pipes)[2];
     int npipes, pipes_out, pipes_cap;

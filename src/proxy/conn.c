@@ -68,6 +68,46 @@ static void reserve_release(struct conn *c)
         worker_reserve_release(c->pw->w);
 }
 
+/* --- log rate limit ------------------------------------------------------------------------ */
+
+#define LOG_BURST 5          /* lines per reason per window before they are only counted */
+#define LOG_WINDOW 10.0      /* seconds */
+#define LOGLIM_REJECT CR_COUNT
+
+/* 1 if a line about a stranger (slot: a close reason or LOGLIM_REJECT) may be written now; a
+ * flood of probes costs a handful of lines and one summary per window, not a line each. */
+static int loglim_allow(struct proxy_worker *pw, int slot)
+{
+    if (pw->loglim[slot].shown < LOG_BURST) {
+        pw->loglim[slot].shown++;
+        if (!ev_is_active(&pw->loglim_timer)) {
+            ev_timer_set(&pw->loglim_timer, LOG_WINDOW, 0);
+            ev_timer_start(pw->w->loop, &pw->loglim_timer);
+        }
+        return 1;
+    }
+    pw->loglim[slot].dropped++;
+    return 0;
+}
+
+static void on_loglim_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct proxy_worker *pw = t->data;
+    int again = 0;
+    for (int i = 0; i <= CR_COUNT; i++) {
+        if (pw->loglim[i].dropped)
+            log_info("w%d: %u more %s%s in the last %.0f s (not logged one by one)", pw->w->id,
+                     pw->loglim[i].dropped, i == LOGLIM_REJECT ? "rejected clients" : "closes: ",
+                     i == LOGLIM_REJECT ? "" : conn_reason_name((enum conn_reason)i), LOG_WINDOW);
+        again |= pw->loglim[i].shown != 0;
+        pw->loglim[i].shown = pw->loglim[i].dropped = 0;
+    }
+    if (again) { /* keep the window running while strangers keep coming */
+        ev_timer_set(t, LOG_WINDOW, 0);
+        ev_timer_start(loop, t);
+    }
+}
+
 /* --- close ----------------------------------------------------------------------------- */
 
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
@@ -82,7 +122,7 @@ int conn_close(struct conn *c, enum conn_reason r)
                           (r == CR_CLIENT_EARLY_EOF && c->hdr_len == 0))
                              ? LOG_LVL_DEBUG
                              : LOG_LVL_INFO;
-    if (log_enabled(lvl)) {
+    if (log_enabled(lvl) && (lvl != LOG_LVL_INFO || c->authed || loglim_allow(pw, (int)r))) {
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);
         log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s), up %llu down %llu bytes",
@@ -345,7 +385,7 @@ static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sn
     struct proxy_worker *pw = c->pw;
     STAT_INC(&pw->stats.rejected);
     const struct mask_target *m = mask_lookup(pw->masks, sni);
-    if (log_enabled(LOG_LVL_INFO)) {
+    if (log_enabled(LOG_LVL_INFO) && loglim_allow(pw, LOGLIM_REJECT)) {
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);
         log_info("w%d conn %llu %s: %s; %s", pw->w->id, (unsigned long long)c->id, peer, why,
@@ -498,6 +538,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         }
     }
     STAT_INC(&pw->stats.handshakes);
+    c->authed = 1;
     c->tag = h.tag;
     c->dc_id = h.dc;
     c->secret_idx = (uint8_t)h.secret_index;
@@ -584,6 +625,7 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
     }
     hbuf_free(c);
     STAT_INC(&pw->stats.tls_handshakes);
+    c->authed = 1;
     c->tls = 1;
     c->secret_idx = (uint8_t)secret_idx;
     c->hdr_len = 0;
@@ -1055,6 +1097,7 @@ void proxy_on_stop(struct worker *w)
     relay_stop(pw);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
+    ev_timer_stop(w->loop, &pw->loglim_timer);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
 }
 
@@ -1096,6 +1139,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
                     &opt->socks5_addr))
         return -1;
     rstore_init(&pw->rstore, w->loop, &opt->rstore);
+    ev_init(&pw->loglim_timer, on_loglim_timer);
+    pw->loglim_timer.data = pw;
     w->ctx = pw;
     w->on_accept = proxy_on_accept;
     w->on_stop = proxy_on_stop;

@@ -222,3 +222,32 @@ def test_short_probe_fronted_after_probe_wait(procs):
     secs = front_probe(procs, os.urandom(20).replace(b"\xef", b"\x01") + b"\r\n\r\n",
                        ["--probe-wait", "600ms"])
     assert 0.5 <= secs < T(2.0), secs
+
+
+def test_log_lines_under_a_flood_bounded(procs):
+    """300 strangers with bad headers: a handful of lines each window and a summary, not 300+
+    lines; a real client's close is still logged."""
+    import threading
+    plain, dc, proxy = env(procs, ["--log-level", "info", "--handshake-timeout", "500ms"])
+    start = len(proxy.stderr_tail(100000).splitlines())
+
+    def flood(n):
+        for _ in range(n):
+            try:
+                s = socket.create_connection(("127.0.0.1", proxy.port), timeout=T(5))
+                s.sendall(os.urandom(64))
+                s.close()
+            except OSError:
+                pass
+    ts = [threading.Thread(target=flood, args=(100,)) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert wait_until(lambda: stats(proxy).get("bad-header", 0) >= 300, T(15), step=0.5)
+    lines = proxy.stderr_tail(100000).splitlines()[start:]
+    about = [l for l in lines if "bad header" in l or "(bad-header)" in l]
+    assert len(about) <= 2 * 5, "\n".join(about[:20])
+    # the summary comes at the end of the window
+    assert wait_until(lambda: "more closes: bad-header" in proxy.stderr_tail(2000), T(12))
+    assert wait_until(lambda: "more rejected clients" in proxy.stderr_tail(2000), T(2))
