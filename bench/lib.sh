@@ -33,7 +33,8 @@ bench_start_proxy() {
     rm -f "$WORK/proxy.pid"
     timeout "$life" "$MTPROXY" --listen "127.0.0.1:$PORT" --dc-builtin off --mask off \
         --dc "2 127.0.0.1:$DCPORT" --workers 1 --log "$WORK/proxy.log" \
-        --pidfile "$WORK/proxy.pid" --state-file "$WORK/state" "$@" >>"$WORK/proxy.out" 2>&1 &
+        --pidfile "$WORK/proxy.pid" --state-file "$WORK/state" --probe-limit-per-ip 0 "$@" \
+        >>"$WORK/proxy.out" 2>&1 &
     TIMEOUT_PID=$!
     for _ in $(seq 200); do
         if [ -s "$WORK/proxy.pid" ] && ss -ltn | grep -q "127.0.0.1:$PORT "; then

@@ -252,10 +252,12 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
              (unsigned long long)s.writes, (unsigned long long)s.spliced,
              (unsigned long long)s.pipe_full, (unsigned long long)s.block_waits, fd_limit, pauses);
-    log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu",
+    log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
+             "strangers_refused %llu hello_budget %llu",
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays,
-             (unsigned long long)s.tls_hmacs);
+             (unsigned long long)s.tls_hmacs, (unsigned long long)s.strangers_refused,
+             (unsigned long long)s.hello_budget);
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
              "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
              (unsigned long long)s.acl_denied, (unsigned long long)s.acl_not_allowed,

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/arena.h"
+#include "core/ipcount.h"
 #include "core/sock.h"
 #include "core/worker.h"
 #include "crypto/crypto.h"
@@ -129,6 +130,8 @@ struct conn {
     uint8_t rs_resume;         /* STORE_WAIT: the state to go back to with the answer */
     uint8_t authed;            /* proved a secret (valid header or FakeTLS hello): its close
                                 * is an operator's business, never rate-limited */
+    uint8_t stranger;          /* counted in the worker's strangers (until authed or closed) */
+    ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 
@@ -158,6 +161,8 @@ struct proxy_stats {
                                         * instance, or this one before a restart) */
     _Atomic uint64_t store_failed;     /* the store did not answer in time (or was down):
                                         * replay-store-fail applied */
+    _Atomic uint64_t strangers_refused; /* closed at once: probe-limit-per-ip reached */
+    _Atomic uint64_t hello_budget;     /* hellos dropped: the workers' hello buffers were full */
     _Atomic uint64_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
     _Atomic uint64_t closed[CR_COUNT];
@@ -188,6 +193,12 @@ struct proxy_worker {
     struct pool conns;
     struct conn *live;
     struct conn *waiters;
+    struct conn *mask_waiters;         /* fronted connections waiting for their own budget */
+    size_t mask_blocks, mask_blocks_max; /* arena blocks fronted connections hold / may hold */
+    size_t relay_blocks_max;           /* the rest of the arena, for relays (0 = no cap) */
+    struct ipcount strangers;          /* per source address: connections not (yet) proven */
+    uint32_t strangers_max;            /* probe-limit-per-ip for this worker (0 = off) */
+    size_t hbuf_bytes, hbuf_max;       /* hello/PROXY/ServerHello buffers held, and the cap */
     struct conn *batch;                /* connections whose small writes wait for batch_timer */
     ev_timer batch_timer;
     uint64_t next_id;

@@ -77,6 +77,9 @@ struct options {
 
     unsigned handshake_timeout_ms;
     unsigned probe_wait_ms;
+    size_t mask_buffer_memory; /* arena blocks for fronted connections (process-wide) */
+    unsigned mask_lifetime_ms, mask_idle_ms;
+    int probe_limit_per_ip;
     unsigned connect_timeout_ms;
     unsigned idle_timeout_ms;
     unsigned tcp_keepalive_ms;

@@ -31,6 +31,10 @@ void waiters_remove(struct proxy_worker *pw, struct conn *c);
 /* Wakes connections waiting for a block while blocks can be had. */
 void waiters_wake(struct proxy_worker *pw);
 
+/* 1 while relays (connections that proved a secret) hold every block of their share of the
+ * arena: they wait for blocks and accepting pauses. Fronted connections have their own. */
+int relay_blocks_full(const struct proxy_worker *pw);
+
 /* Appends a copy of p[0..n) to the queue of side s (handshake bytes, replayed probes).
  * Returns 0, or -1 if no block could be had. */
 int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n);

@@ -49,7 +49,7 @@ static void hbuf_free(struct conn *c);
 /* Pauses accepting while the connection slots or the buffer arena are used up. */
 void conn_check_accept(struct proxy_worker *pw)
 {
-    if (pool_full(&pw->conns) || arena_exhausted(&pw->arena))
+    if (pool_full(&pw->conns) || relay_blocks_full(pw) || arena_exhausted(&pw->arena))
         worker_pause_accept(pw->w);
     else
         worker_resume_accept(pw->w);
@@ -66,6 +66,34 @@ static void reserve_release(struct conn *c)
     if (c->state == CS_HEADER || c->state == CS_TLS_HELLO || c->state == CS_TLS_HEADER ||
         c->state == CS_PROXY_HDR || c->state == CS_STORE_WAIT)
         worker_reserve_release(c->pw->w);
+}
+
+/* --- strangers: connections that have not proven a secret, per source address ------------- */
+
+/* The connection proved a secret (or is closing): it stops counting against its address. */
+static void stranger_done(struct conn *c)
+{
+    if (c->stranger) {
+        ipcount_del(&c->pw->strangers, &c->peer.u.sa);
+        c->stranger = 0;
+    }
+}
+
+/* Counts a connection from a new address (at accept, or once a PROXY header named it).
+ * Returns 1 (counted as refused) if its address has probe-limit-per-ip strangers already. */
+static int stranger_refused(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    if (!pw->strangers_max)
+        return 0;
+    uint32_t n = ipcount_add(&pw->strangers, &c->peer.u.sa);
+    if (n)
+        c->stranger = 1;
+    if (n > pw->strangers_max || n == 0) { /* 0: the table is full of other addresses */
+        STAT_INC(&pw->stats.strangers_refused);
+        return 1;
+    }
+    return 0;
 }
 
 /* --- log rate limit ------------------------------------------------------------------------ */
@@ -131,6 +159,7 @@ int conn_close(struct conn *c, enum conn_reason r)
     }
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
+    stranger_done(c);
     reserve_release(c);
     ev_timer_stop(pw->w->loop, &c->timer);
     if (c->waiting_block)
@@ -322,7 +351,8 @@ static int dc_established(struct conn *c)
         return conn_close(c, CR_NO_MEMORY);
     c->state = CS_RELAY;
     c->last_io = ev_now(pw->w->loop);
-    timer_arm(c, pw->opt->idle_timeout_ms / 1000.0);
+    timer_arm(c, (c->mode == CONN_MODE_MASK ? pw->opt->mask_idle_ms : pw->opt->idle_timeout_ms) /
+                     1000.0);
     if (side_flush(c, &c->dc, &c->cli))
         return -1;
     relay_watch(c);
@@ -356,6 +386,7 @@ static void upstream_start(struct conn *c)
 
 static void hbuf_free(struct conn *c)
 {
+    c->pw->hbuf_bytes -= c->hcap;
     free(c->hbuf);
     c->hbuf = NULL;
     c->hlen = c->hcap = 0;
@@ -400,7 +431,7 @@ static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sn
     c->tls = 0;
     c->mask = m;
     c->dc_count = 1;
-    c->splice = (uint8_t)pw->opt->splice;
+    c->splice = 0; /* fronted bytes go through their own block budget, never a pipe */
     if (pw->opt->mask_proxy_protocol) {
         struct sock_addr local;
         local.len = sizeof local.u;
@@ -539,6 +570,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     }
     STAT_INC(&pw->stats.handshakes);
     c->authed = 1;
+    stranger_done(c);
     c->tag = h.tag;
     c->dc_id = h.dc;
     c->secret_idx = (uint8_t)h.secret_index;
@@ -598,9 +630,24 @@ static int hbuf_reserve(struct conn *c, size_t want)
     size_t cap = c->hcap ? c->hcap : 1024;
     while (cap < want)
         cap *= 2;
+    /* Hello buffers of all connections in handshake count against a worker budget (the
+     * fronted connections' one): partial hellos cannot eat memory without bound. */
+    while (c->pw->hbuf_bytes + (cap - c->hcap) > c->pw->hbuf_max) {
+        /* Full: the oldest unfinished hello goes (a flood of stalled hellos cannot lock new
+         * clients out; the live list is newest first). */
+        struct conn *old = NULL;
+        for (struct conn *x = c->pw->live; x; x = x->next)
+            if (x != c && x->state == CS_TLS_HELLO && x->hcap)
+                old = x;
+        STAT_INC(&c->pw->stats.hello_budget);
+        if (!old)
+            return -1;
+        conn_close(old, CR_HANDSHAKE_TIMEOUT);
+    }
     uint8_t *p = realloc(c->hbuf, cap);
     if (!p)
         return -1;
+    c->pw->hbuf_bytes += cap - c->hcap;
     c->hbuf = p;
     c->hcap = (uint32_t)cap;
     return 0;
@@ -626,6 +673,7 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
     hbuf_free(c);
     STAT_INC(&pw->stats.tls_handshakes);
     c->authed = 1;
+    stranger_done(c);
     c->tls = 1;
     c->secret_idx = (uint8_t)secret_idx;
     c->hdr_len = 0;
@@ -889,7 +937,7 @@ static void proxy_hdr_read(struct conn *c)
             c->peer.len = sizeof c->peer.u.in6;
         }
     } /* UNKNOWN: the balancer's own address stands, as the specification says */
-    if (acl_refuses(pw, &c->peer)) {
+    if (acl_refuses(pw, &c->peer) || stranger_refused(c)) {
         conn_close(c, CR_REFUSED);
         return;
     }
@@ -1002,13 +1050,17 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
             dc_retry(c, 0);
         break;
     case CS_RELAY: {
-        /* The idle timer is armed lazily: traffic only moves last_io. */
-        double idle = c->pw->opt->idle_timeout_ms / 1000.0;
+        /* The idle timer is armed lazily: traffic only moves last_io. A fronted connection
+         * has a shorter idle time and a bound on its whole life. */
+        const struct options *o = c->pw->opt;
+        int mask = c->mode == CONN_MODE_MASK;
+        double idle = (mask ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0;
         double left = c->last_io + idle - ev_now(loop);
-        if (left <= 0)
+        double life = mask ? c->born + o->mask_lifetime_ms / 1000.0 - ev_now(loop) : left;
+        if (left <= 0 || life <= 0)
             conn_close(c, CR_IDLE);
         else
-            timer_arm(c, left);
+            timer_arm(c, left < life ? left : life);
         break;
     }
     default:
@@ -1063,6 +1115,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->cli.fd = fd;
     c->dc.fd = -1;
     c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
+    c->born = ev_now(w->loop);
     c->fast = (uint8_t)pw->opt->fast_mode;
     c->splice = (uint8_t)(c->fast && pw->opt->splice);
     c->cli.pipe_r = c->cli.pipe_w = c->dc.pipe_r = c->dc.pipe_w = -1;
@@ -1074,6 +1127,11 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->timer.data = c;
     if (conn_ciphers(c)) {
         conn_close(c, CR_NO_MEMORY);
+        return;
+    }
+    /* Behind a balancer the address is known only from the PROXY header (counted there). */
+    if (!pw->opt->proxy_protocol && stranger_refused(c)) {
+        conn_close(c, CR_REFUSED);
         return;
     }
     sock_tune(fd, &pw->sockopts);
@@ -1123,7 +1181,19 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
         if (max_blocks < ARENA_SLAB_BLOCKS)
             max_blocks = ARENA_SLAB_BLOCKS;
     }
-    arena_init(&pw->arena, opt->block_size, max_blocks, ARENA_SLAB_BLOCKS * 2);
+    size_t mask_max = opt->mask_buffer_memory / (size_t)nworkers / opt->block_size;
+    if (mask_max < ARENA_SLAB_BLOCKS)
+        mask_max = ARENA_SLAB_BLOCKS;
+    pw->relay_blocks_max = max_blocks;
+    pw->mask_blocks_max = mask_max;
+    pw->hbuf_max = opt->mask_buffer_memory / (size_t)nworkers;
+    arena_init(&pw->arena, opt->block_size, max_blocks ? max_blocks + mask_max : 0,
+               ARENA_SLAB_BLOCKS * 2);
+    if (opt->probe_limit_per_ip) {
+        pw->strangers_max = (uint32_t)((opt->probe_limit_per_ip + nworkers - 1) / nworkers);
+        if (ipcount_init(&pw->strangers, per_conns))
+            return -1;
+    }
     relay_init(pw);
     pw->pipes_cap = PROXY_PIPES_PER_WORKER;
     pw->pipes = calloc((size_t)pw->pipes_cap, sizeof *pw->pipes);
@@ -1167,6 +1237,7 @@ void proxy_worker_destroy(struct proxy_worker *pw)
     free(pw->pipes);
     pw->pipes = NULL;
     arena_destroy(&pw->arena);
+    ipcount_free(&pw->strangers);
 }
 
 void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
@@ -1197,6 +1268,8 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(store_replays);
     ADD(store_failed);
     ADD(tls_hmacs);
+    ADD(strangers_refused);
+    ADD(hello_budget);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD

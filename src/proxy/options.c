@@ -384,6 +384,23 @@ const struct config_option options_table[] = {
      "FakeTLS hello this long after connecting is treated as a probe (fronted, or held "
      "without a fronting target); one whose first bytes no client sends (an HTTP request, "
      "say) is at once. Real clients send their header in one go. At most handshake-timeout."},
+    {.name = "mask-buffer-memory", .type = CFG_SIZE, .offset = OFF(mask_buffer_memory),
+     .def = "4M", .min = 64 << 10, .arg = "BYTES", .help = "Relay buffer memory for fronted "
+     "connections (anyone without a secret: browsers, scanners, probes), for the whole "
+     "process, on top of buffer-memory: they never take a relay's blocks, and past this they "
+     "wait (a flood of fronted connections that never read cannot lock users out). The "
+     "FakeTLS hello buffers of connections in handshake share the same amount."},
+    {.name = "mask-lifetime", .type = CFG_DURATION, .offset = OFF(mask_lifetime_ms),
+     .def = "2m", .min = 1000, .arg = "DURATION", .help = "A fronted connection is closed this "
+     "long after it was accepted, whatever it does."},
+    {.name = "mask-idle-timeout", .type = CFG_DURATION, .offset = OFF(mask_idle_ms),
+     .def = "30s", .min = 1000, .arg = "DURATION", .help = "A fronted connection with no bytes "
+     "either way for this long is closed (idle-timeout is for clients)."},
+    {.name = "probe-limit-per-ip", .type = CFG_INT, .offset = OFF(probe_limit_per_ip),
+     .def = "256", .min = 0, .max = 1 << 24, .arg = "N", .help = "Most connections at once "
+     "from one address that have not proven a secret (handshaking, held or fronted); more "
+     "are closed at once and counted. Clients that proved a secret do not count, so many "
+     "users behind one NAT are not limited. 0 = no limit."},
     {.name = "connect-timeout", .type = CFG_DURATION, .offset = OFF(connect_timeout_ms),
      .def = "5s", .min = 100, .arg = "DURATION", .help = "Time to connect to one DC address "
      "before trying the next."},

@@ -98,13 +98,53 @@ static void pipe_give(struct proxy_worker *pw, struct conn_side *s)
 }
 
 
+/* Fronted connections (probes, browsers, scanners: anyone without a secret) draw arena
+ * blocks from a small budget of their own (mask-buffer-memory), relays from the rest: a flood
+ * of fronted connections that never read can hold at most that budget, never a relay's
+ * blocks, and accepting never pauses for blocks they hold. */
+static struct arena_block *arena_take(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    if (c->mode == CONN_MODE_MASK ? pw->mask_blocks >= pw->mask_blocks_max
+                                  : relay_blocks_full(pw))
+        return NULL;
+    struct arena_block *b = arena_get(&pw->arena);
+    if (b && c->mode == CONN_MODE_MASK)
+        pw->mask_blocks++;
+    return b;
+}
+
+static void arena_give(struct conn *c, struct arena_block *b)
+{
+    struct proxy_worker *pw = c->pw;
+    if (!b)
+        return;
+    arena_put(&pw->arena, b);
+    if (c->mode == CONN_MODE_MASK) {
+        pw->mask_blocks--;
+        if (pw->mask_waiters) { /* one fronted connection over budget may read again */
+            struct conn *w = pw->mask_waiters;
+            pw->mask_waiters = w->wait_next;
+            w->wait_next = NULL;
+            w->waiting_block = 0;
+            if (w->state == CS_RELAY)
+                relay_watch(w);
+        }
+    }
+}
+
+int relay_blocks_full(const struct proxy_worker *pw)
+{
+    return pw->relay_blocks_max && pw->arena.in_use - pw->mask_blocks >= pw->relay_blocks_max;
+}
+
 /* A block for the queue of side s: its own spare (buffers = per-connection), else the
  * worker's arena. NULL if none can be had. */
 static struct arena_block *block_get(struct conn *c, struct conn_side *s)
 {
     struct arena_block *b = s->spare;
     if (!b)
-        return arena_get(&c->pw->arena);
+        return arena_take(c);
     s->spare = NULL;
     b->next = NULL;
     b->start = b->end = 0;
@@ -118,14 +158,14 @@ static void block_put(struct conn *c, struct conn_side *s, struct arena_block *b
     if (c->pw->opt->buffers && !s->spare && s->fd >= 0)
         s->spare = b;
     else
-        arena_put(&c->pw->arena, b);
+        arena_give(c, b);
 }
 
 int relay_reserve(struct conn *c)
 {
     struct conn_side *sides[2] = {&c->cli, &c->dc};
     for (int i = 0; i < 2; i++)
-        if (!sides[i]->spare && !(sides[i]->spare = arena_get(&c->pw->arena)))
+        if (!sides[i]->spare && !(sides[i]->spare = arena_take(c)))
             return -1;
     return 0;
 }
@@ -139,9 +179,9 @@ void side_release(struct conn *c, struct conn_side *s)
     s->fd = -1;
     for (struct arena_block *b = s->qhead, *n; b; b = n) {
         n = b->next;
-        arena_put(&pw->arena, b);
+        arena_give(c, b);
     }
-    arena_put(&pw->arena, s->spare);
+    arena_give(c, s->spare);
     s->spare = NULL;
     s->qhead = s->qtail = NULL;
     pipe_give(pw, s);
@@ -164,14 +204,15 @@ static void conn_unlink(struct conn **head, struct conn *c, size_t link_off)
 
 void waiters_remove(struct proxy_worker *pw, struct conn *c)
 {
-    conn_unlink(&pw->waiters, c, offsetof(struct conn, wait_next));
+    conn_unlink(c->mode == CONN_MODE_MASK ? &pw->mask_waiters : &pw->waiters, c,
+                offsetof(struct conn, wait_next));
     c->waiting_block = 0;
 }
 
 /* Wakes connections waiting for a block, as many as there are free blocks now. */
 void waiters_wake(struct proxy_worker *pw)
 {
-    while (pw->waiters && !arena_exhausted(&pw->arena)) {
+    while (pw->waiters && !arena_exhausted(&pw->arena) && !relay_blocks_full(pw)) {
         struct conn *c = pw->waiters;
         pw->waiters = c->wait_next;
         c->wait_next = NULL;
@@ -502,10 +543,12 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             b = block_get(c, dst);
             if (!b) {
                 STAT_INC(&pw->stats.block_waits);
-                if (!c->waiting_block) {
+                if (!c->waiting_block) { /* fronted ones wait for their own budget */
+                    struct conn **list = c->mode == CONN_MODE_MASK ? &pw->mask_waiters
+                                                                   : &pw->waiters;
                     c->waiting_block = 1;
-                    c->wait_next = pw->waiters;
-                    pw->waiters = c;
+                    c->wait_next = *list;
+                    *list = c;
                 }
                 conn_check_accept(pw);
                 break;

@@ -260,6 +260,8 @@ class Proxy(Proc):
         argv += ["--dc-builtin", "off", "--mask", "off", "--workers", str(workers),
                  "--state-file", os.path.join(workdir, f"{name}.state"),
                  "--log-level", "debug",
+                 # load tests open hundreds of connections from 127.0.0.1 at once
+                 "--probe-limit-per-ip", "4096",
                  "--handshake-timeout", f"{int(HANDSHAKE_TIMEOUT_S * 1000)}ms",
                  "--connect-timeout", f"{int(CONNECT_TIMEOUT_S * 1000)}ms"]
         argv += list(extra)

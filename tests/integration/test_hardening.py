@@ -251,3 +251,180 @@ def test_log_lines_under_a_flood_bounded(procs):
     # the summary comes at the end of the window
     assert wait_until(lambda: "more closes: bad-header" in proxy.stderr_tail(2000), T(12))
     assert wait_until(lambda: "more rejected clients" in proxy.stderr_tail(2000), T(2))
+
+
+class StreamWeb:
+    """A fronted 'site' that streams to every connection until the peer stops taking bytes."""
+
+    def __init__(self):
+        import threading
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.1", 0))
+        self.lst.listen(1024)
+        self.port = self.lst.getsockname()[1]
+        self.conns = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.lst.accept()
+            except OSError:
+                return
+            self.conns += 1
+            threading.Thread(target=self._stream, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _stream(c):
+        chunk = b"x" * 65536
+        c.settimeout(20)
+        try:
+            while True:
+                c.sendall(chunk)
+        except OSError:
+            pass
+        c.close()
+
+    def close(self):
+        self.lst.close()
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_fronted_flood_cannot_starve_relays(procs):
+    """300 fronted connections that never read while the site streams (the flood that used to
+    take every block and pause accepting) next to 20 real dd downloads: the downloads get every
+    byte, in time; the fronted ones stay within mask-buffer-memory."""
+    web = StreamWeb()
+    flood = []
+    try:
+        plain, dc, proxy = env(procs, ["--mask", "on", "--mask-host", "127.0.0.1",
+                                       "--mask-port", str(web.port), "--buffer-memory", "4M",
+                                       "--mask-buffer-memory", "1M", "--probe-limit-per-ip", "0"])
+        rss0 = rss_kb(proxy.pid)
+        for _ in range(300):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", proxy.port))
+            s.sendall(os.urandom(64))
+            flood.append(s)
+        # past mask-buffer-memory, later fronted connections wait (or are dropped) instead of
+        # taking relay blocks: the site sees most, not necessarily all, of them
+        assert wait_until(lambda: web.conns >= 100, T(10)), web.conns
+        time.sleep(1.5)  # let the site fill every fronted connection it reached
+        res = procs.client(proxy, plain, "dd", 2, 100000, 1000000, "--conns", "20",
+                           timeout=30)
+        assert_ok(res)
+        assert res["seconds"] < T(15), res
+        rss1 = rss_kb(proxy.pid)
+        st = stats(proxy)
+        assert st["masked"] >= 300, st
+        # 1 MiB of fronting blocks (+ slab rounding) and the connections' own state
+        assert rss1 - rss0 < 24 * 1024, (rss0, rss1)
+        print(f"flood: 300 fronted, 20 dd downloads of 1 MB in {res['seconds']:.2f} s, "
+              f"RSS {rss0} -> {rss1} KiB, fds {proxy.fds()}")
+    finally:
+        for s in flood:
+            s.close()
+        web.close()
+
+
+def test_per_source_limit(procs):
+    """An address with probe-limit-per-ip unproven connections gets no more; others (and any
+    client that proves a secret from another address) are served."""
+    plain, dc, proxy = env(procs, ["--probe-limit-per-ip", "50", "--handshake-timeout", "5s"])
+    held = []
+    try:
+        for _ in range(80):
+            s = socket.create_connection(("127.0.0.1", proxy.port), timeout=T(5))
+            s.sendall(b"\x01" * 10)  # a header that never completes
+            held.append(s)
+        assert wait_until(lambda: stats(proxy)["strangers_refused"] >= 30, T(5))
+        res = rawclient_served(proxy, plain, "127.0.0.2")
+        assert res, "another address was refused"
+    finally:
+        for s in held:
+            s.close()
+
+
+def rawclient_served(proxy, secret, src):
+    s, _ = rawclient.start_session(proxy.addr, secret, tag="dd", dc=2, up=0, down=1000, bind=src)
+    s.settimeout(T(3))
+    got = b""
+    try:
+        while len(got) < 64:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    s.close()
+    return len(got) >= 64
+
+
+def test_drip_fronted_connection_life_is_bounded(procs):
+    """One byte every 0.5 s keeps a fronted connection from ever being idle; mask-lifetime
+    still ends it."""
+    from harness import FakeWeb
+    web = FakeWeb()
+    try:
+        plain, dc, proxy = env(procs, ["--mask", "on", "--mask-host", "127.0.0.1",
+                                       "--mask-port", str(web.port), "--probe-wait", "300ms",
+                                       "--mask-lifetime", "3s", "--mask-idle-timeout", "2s"])
+        s = socket.create_connection(("127.0.0.1", proxy.port), timeout=T(10))
+        t0 = time.monotonic()
+        s.setblocking(False)
+        closed = False
+        while time.monotonic() - t0 < T(8) and not closed:
+            try:
+                s.send(b"a")
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.5)
+            try:
+                if s.recv(4096) == b"":
+                    closed = True
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed = True
+        secs = time.monotonic() - t0
+        s.close()
+        assert closed and 2.5 <= secs < T(5), secs
+    finally:
+        web.close()
+
+
+def test_partial_hellos_memory_bounded(procs):
+    """Many FakeTLS hellos announced at 16 KiB and never finished: their buffers share the
+    fronting budget, so memory stays bounded and the excess is counted."""
+    domain = "www.example.com"
+    dc = procs.fake_dc([(i, "normal") for i in DC_IDS])
+    ee = "ee" + new_secret() + domain.encode().hex()
+    proxy = procs.proxy([("tls", ee)], [(i, dc.addr(i)) for i in DC_IDS],
+                        extra=["--mask-buffer-memory", "1M", "--probe-limit-per-ip", "0",
+                               "--handshake-timeout", "10s", "--probe-wait", "10s"])
+    rss0 = rss_kb(proxy.pid)
+    hello_start = bytes.fromhex("160301") + (16384).to_bytes(2, "big") + b"\x01\x00\x3f\xfc\x03\x03"
+    socks = []
+    try:
+        for _ in range(400):
+            s = socket.create_connection(("127.0.0.1", proxy.port), timeout=T(5))
+            s.sendall(hello_start + os.urandom(12000))
+            socks.append(s)
+        assert wait_until(lambda: stats(proxy)["hello_budget"] > 0, T(10))
+        rss1 = rss_kb(proxy.pid)
+        assert rss1 - rss0 < 16 * 1024, (rss0, rss1)
+        assert_ok(procs.client(proxy, ee, "dd", 2, 1000, 1000))
+    finally:
+        for s in socks:
+            s.close()
