@@ -679,6 +679,10 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
     c->hdr_len = 0;
     faketls_deframer_init(&c->defr);
     c->state = CS_TLS_HEADER;
+    /* Answered: the client has the rest of the handshake timeout (not just probe-wait) to send
+     * its header, one round trip later. */
+    double left = o->handshake_timeout_ms / 1000.0 - (ev_now(pw->w->loop) - c->born);
+    timer_arm(c, left > 0.1 ? left : 0.1);
     if (side_flush(c, &c->cli, &c->dc))
         return;
     side_watch(c, &c->cli, EV_READ | (c->cli.queued ? EV_WRITE : 0));

@@ -428,3 +428,4 @@ def test_partial_hellos_memory_bounded(procs):
     finally:
         for s in socks:
             s.close()
+
