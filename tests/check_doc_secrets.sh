@@ -1,11 +1,13 @@
 #!/bin/sh
-# check_doc_secrets.sh MTPROXY: every secret key shown in the documentation is refused at start.
+# check_doc_secrets.sh [EMULATOR...] MTPROXY: every secret key shown in the documentation is
+# refused at start.
 # Scans the user-facing documents (README, shipped config, packaging docs and shipped files,
 # Dockerfile, docs/) for 32-hex-digit keys (plain, or after a dd/ee prefix), and runs
 # `mtproxy --check-config` with each: it must fail and name the documentation. A freshly generated
 # secret must pass the same check (so the refusal is about the key, not the command line).
 set -u
-bin=$1
+# Everything before the binary is its emulator (cross builds: qemu-user and its arguments).
+bin=$*
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 2
 fail=0
@@ -16,10 +18,12 @@ docs=$(find README.md mtproxy.conf Dockerfile docs packaging \
     -print 2>/dev/null)
 run() {
     # Loopback only, nothing resolved: mask off, no built-in DCs.
-    "$bin" --check-config --listen 127.0.0.1:1 --dc-builtin off --dc '2 127.0.0.1:1' \
+    # shellcheck disable=SC2086 # the emulator and binary, split on purpose
+    $bin --check-config --listen 127.0.0.1:1 --dc-builtin off --dc '2 127.0.0.1:1' \
         --mask off --secret "doc:$1" 2>&1
 }
-good=$("$bin" generate-secret)
+# shellcheck disable=SC2086
+good=$($bin generate-secret)
 if ! out=$(run "$good"); then
     echo "FAIL: a generated secret is refused: $out"
     exit 1

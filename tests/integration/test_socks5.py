@@ -152,7 +152,8 @@ def test_mask_through_socks(procs):
             got += chunk
         s.close()
         assert got == FakeWeb.REPLY
-        assert bytes(web.received[0]) == req
+        # the site reads up to the end of the request head; the rest may come after it
+        assert req.startswith(bytes(web.received[0])) and b"\r\n\r\n" in web.received[0]
         server.stop(signal.SIGKILL)  # fronting depends on it: now the probe is not forwarded
         s = socket.create_connection(("127.0.0.1", proxy.port), timeout=T(5))
         s.sendall(req)
