@@ -236,12 +236,12 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     unsigned long long fd_limit = 0, pauses = 0, pool[4] = {0};
     for (int i = 0; i < n; i++) {
         proxy_stats_add(&s, &pws[i].stats);
-        pool[0] += atomic_load(&pws[i].dcpool.stats.connects);
-        pool[1] += atomic_load(&pws[i].dcpool.stats.claims);
-        pool[2] += atomic_load(&pws[i].dcpool.stats.dropped);
-        pool[3] += atomic_load(&pws[i].dcpool.stats.failures);
-        fd_limit += atomic_load(&ws[i].stats.accept_fd_limit);
-        pauses += atomic_load(&ws[i].stats.accept_pauses);
+        pool[0] += STAT_GET(&pws[i].dcpool.stats.connects);
+        pool[1] += STAT_GET(&pws[i].dcpool.stats.claims);
+        pool[2] += STAT_GET(&pws[i].dcpool.stats.dropped);
+        pool[3] += STAT_GET(&pws[i].dcpool.stats.failures);
+        fd_limit += STAT_GET(&ws[i].stats.accept_fd_limit);
+        pauses += STAT_GET(&ws[i].stats.accept_pauses);
     }
     log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
              "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/sock.h"
+#include "core/stat.h"
 
 struct worker;
 
@@ -32,10 +33,10 @@ struct worker_listener {
 
 /* Counters owned by the worker thread; others read them relaxed (for stats). */
 struct worker_stats {
-    _Atomic uint64_t accepted;
-    _Atomic uint64_t accept_errors;     /* other than EAGAIN/EINTR/ECONNABORTED */
-    _Atomic uint64_t accept_fd_limit;   /* EMFILE / ENFILE hits (at accept or its reserve) */
-    _Atomic uint64_t accept_pauses;     /* times accepting paused because the owner said full */
+    stat_t accepted;
+    stat_t accept_errors;     /* other than EAGAIN/EINTR/ECONNABORTED */
+    stat_t accept_fd_limit;   /* EMFILE / ENFILE hits (at accept or its reserve) */
+    stat_t accept_pauses;     /* times accepting paused because the owner said full */
 };
 
 struct worker {
@@ -63,7 +64,7 @@ struct worker {
 };
 
 /* Relaxed increment by the owning thread (a plain add, no lock prefix). */
-#define WORKER_STAT_INC(p) atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1, memory_order_relaxed)
+#define WORKER_STAT_INC(p) STAT_INC(p)
 
 /* Sets up a worker with a fresh libev loop and its first reserve descriptor. Returns 0, or
  * -1. */

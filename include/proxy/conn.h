@@ -137,43 +137,38 @@ struct conn {
 
 /* Counters of one worker; written by it only (relaxed), summed by readers. */
 struct proxy_stats {
-    _Atomic uint64_t accepted;
-    _Atomic uint64_t active;
-    _Atomic uint64_t handshakes;       /* valid headers */
-    _Atomic uint64_t dc_connects;      /* DC connections established */
-    _Atomic uint64_t dc_connect_fails; /* failed attempts (one address each) */
-    _Atomic uint64_t bytes_up, bytes_down;
-    _Atomic uint64_t reads, writes;    /* relay read(2)/writev(2)/splice(2) calls */
-    _Atomic uint64_t spliced;          /* bytes moved by splice */
-    _Atomic uint64_t pipe_full;        /* splice found a pipe out of slots: reading paused */
-    _Atomic uint64_t block_waits;      /* times a connection waited for a buffer block */
-    _Atomic uint64_t tls_handshakes;   /* FakeTLS hellos answered */
-    _Atomic uint64_t rejected;         /* clients we would not serve (then masked or held) */
-    _Atomic uint64_t masked;           /* connections fronted to the real site */
-    _Atomic uint64_t replays;          /* handshakes refused as replays */
-    _Atomic uint64_t acl_denied;       /* closed at accept: a deny entry names the source */
-    _Atomic uint64_t acl_not_allowed;  /* closed at accept: allow entries exist, none names it */
-    _Atomic uint64_t pp_untrusted;     /* proxy-protocol: sender not in proxy-protocol-from */
-    _Atomic uint64_t pp_bad;           /* proxy-protocol: malformed or missing PROXY header */
-    _Atomic uint64_t pp_local;         /* proxy-protocol: LOCAL (health check), closed */
-    _Atomic uint64_t socks_fails;      /* socks5 handshakes that failed (refused, closed) */
-    _Atomic uint64_t store_replays;    /* handshakes the replay store had seen (another
+    stat_t accepted;
+    stat_t active;
+    stat_t handshakes;       /* valid headers */
+    stat_t dc_connects;      /* DC connections established */
+    stat_t dc_connect_fails; /* failed attempts (one address each) */
+    stat_t bytes_up, bytes_down;
+    stat_t reads, writes;    /* relay read(2)/writev(2)/splice(2) calls */
+    stat_t spliced;          /* bytes moved by splice */
+    stat_t pipe_full;        /* splice found a pipe out of slots: reading paused */
+    stat_t block_waits;      /* times a connection waited for a buffer block */
+    stat_t tls_handshakes;   /* FakeTLS hellos answered */
+    stat_t rejected;         /* clients we would not serve (then masked or held) */
+    stat_t masked;           /* connections fronted to the real site */
+    stat_t replays;          /* handshakes refused as replays */
+    stat_t acl_denied;       /* closed at accept: a deny entry names the source */
+    stat_t acl_not_allowed;  /* closed at accept: allow entries exist, none names it */
+    stat_t pp_untrusted;     /* proxy-protocol: sender not in proxy-protocol-from */
+    stat_t pp_bad;           /* proxy-protocol: malformed or missing PROXY header */
+    stat_t pp_local;         /* proxy-protocol: LOCAL (health check), closed */
+    stat_t socks_fails;      /* socks5 handshakes that failed (refused, closed) */
+    stat_t store_replays;    /* handshakes the replay store had seen (another
                                         * instance, or this one before a restart) */
-    _Atomic uint64_t store_failed;     /* the store did not answer in time (or was down):
+    stat_t store_failed;     /* the store did not answer in time (or was down):
                                         * replay-store-fail applied */
-    _Atomic uint64_t strangers_refused; /* closed at once: probe-limit-per-ip reached */
-    _Atomic uint64_t hello_budget;     /* hellos dropped: the workers' hello buffers were full */
-    _Atomic uint64_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
+    stat_t strangers_refused; /* closed at once: probe-limit-per-ip reached */
+    stat_t hello_budget;     /* hellos dropped: the workers' hello buffers were full */
+    stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
-    _Atomic uint64_t closed[CR_COUNT];
+    stat_t closed[CR_COUNT];
 };
 
-/* Counter updates by the owning worker (relaxed: plain loads and stores, no lock prefix). */
-#define STAT_INC(p) WORKER_STAT_INC(p)
-#define STAT_ADD(p, n)                                                                         \
-    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + (n),          \
-                          memory_order_relaxed)
-#define STAT_DEC(p) STAT_ADD(p, (uint64_t)-1)
+/* Counter updates: core/stat.h (STAT_INC, STAT_ADD, STAT_DEC, STAT_GET). */
 
 /* Pipes a worker may lend out at once for splice (2 descriptors each, held only while
  * bytes are in flight); main counts them in the descriptor budget. */

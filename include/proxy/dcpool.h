@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/stat.h"
+
 #include "core/sock.h"
 #include "proxy/dc.h"
 #include "proxy/socks.h"
@@ -34,10 +36,10 @@ struct dcpool {
 };
 
 struct dcpool_stats {
-    _Atomic uint64_t connects;  /* pooled sockets that became ready */
-    _Atomic uint64_t claims;    /* handed to a client */
-    _Atomic uint64_t dropped;   /* ready sockets the DC closed (replaced) */
-    _Atomic uint64_t failures;  /* connect attempts that failed */
+    stat_t connects;  /* pooled sockets that became ready */
+    stat_t claims;    /* handed to a client */
+    stat_t dropped;   /* ready sockets the DC closed (replaced) */
+    stat_t failures;  /* connect attempts that failed */
 };
 
 /* All pools of one worker. */

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/stat.h"
+
 #define RSTORE_KEY_LEN 16
 
 /* Where the store is (replay-store = URL) and how to behave when it does not answer. */
@@ -38,7 +40,7 @@ enum rstore_verdict {
 typedef void (*rstore_cb)(void *owner, uint64_t token, enum rstore_verdict v);
 
 struct rstore_stats {
-    _Atomic uint64_t asked, seen, failed, down, reconnects;
+    stat_t asked, seen, failed, down, reconnects;
 };
 
 /* One worker's connection to the store. */

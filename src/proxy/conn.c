@@ -1246,7 +1246,7 @@ void proxy_worker_destroy(struct proxy_worker *pw)
 
 void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
 {
-#define ADD(f) STAT_ADD(&dst->f, atomic_load_explicit(&src->f, memory_order_relaxed))
+#define ADD(f) STAT_ADD(&dst->f, STAT_GET(&src->f))
     ADD(accepted);
     ADD(active);
     ADD(handshakes);

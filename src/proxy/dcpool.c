@@ -13,9 +13,6 @@
 #define DCPOOL_BACKOFF_MAX 60.0
 #define DCPOOL_SHORT_LIFE 1.0 /* a socket dropped sooner than this counts as a failure */
 
-#define STAT_INC(p)                                                                            \
-    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1,            \
-                          memory_order_relaxed)
 
 static void slot_connect(struct dcpool_slot *sl);
 

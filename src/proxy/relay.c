@@ -466,7 +466,7 @@ struct relay_dir {
     struct crypto_ctr *dec, *enc;
     int tls_in, tls_out;
     uint64_t *counter;
-    _Atomic uint64_t *stat_bytes;
+    stat_t *stat_bytes;
 };
 
 /* Moves bytes along one direction and writes them out. One function for both directions.
@@ -477,7 +477,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
     struct conn_side *src = d->src, *dst = d->dst;
     struct crypto_ctr *dec = d->dec, *enc = d->enc;
     uint64_t *counter = d->counter;
-    _Atomic uint64_t *stat_bytes = d->stat_bytes;
+    stat_t *stat_bytes = d->stat_bytes;
     size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
     size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
