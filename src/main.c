@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -25,10 +26,19 @@
 
 #define EXIT_CONFIG 2
 
+/* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
+static size_t help_width(FILE *f)
+{
+    struct winsize ws;
+    if (isatty(fileno(f)) && ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col < 40 ? 40 : ws.ws_col;
+    return 80;
+}
+
 static void usage(FILE *f)
 {
     static char help[32768];
-    config_help(options_table, options_count, help, sizeof help);
+    config_help(options_table, options_count, help_width(f), help, sizeof help);
     fprintf(f,
             "mtproxy %s: an MTProto proxy for Telegram.\n\n"
             "Usage:\n"
