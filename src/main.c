@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -25,10 +26,19 @@
 
 #define EXIT_CONFIG 2
 
+/* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
+static size_t help_width(FILE *f)
+{
+    struct winsize ws;
+    if (isatty(fileno(f)) && ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col < 40 ? 40 : ws.ws_col;
+    return 80;
+}
+
 static void usage(FILE *f)
 {
     static char help[32768];
-    config_help(options_table, options_count, help, sizeof help);
+    config_help(options_table, options_count, help_width(f), help, sizeof help);
     fprintf(f,
             "mtproxy %s: an MTProto proxy for Telegram.\n\n"
             "Usage:\n"
@@ -268,35 +278,30 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         fd_limit += STAT_GET(&ws[i].stats.accept_fd_limit);
         pauses += STAT_GET(&ws[i].stats.accept_pauses);
     }
+#define G(f) ((unsigned long long)STAT_GET(&s.f))
     log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
              "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "
              "spliced %llu pipe_full %llu block_waits %llu accept_fd_limit %llu accept_pauses %llu",
-             (unsigned long long)s.accepted, (unsigned long long)s.active,
-             (unsigned long long)s.handshakes, (unsigned long long)s.dc_connects,
-             (unsigned long long)s.dc_connect_fails, (unsigned long long)s.bytes_up,
-             (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
-             (unsigned long long)s.writes, (unsigned long long)s.spliced,
-             (unsigned long long)s.pipe_full, (unsigned long long)s.block_waits, fd_limit, pauses);
+             G(accepted), G(active), G(handshakes), G(dc_connects), G(dc_connect_fails),
+             G(bytes_up), G(bytes_down), G(reads), G(writes), G(spliced), G(pipe_full),
+             G(block_waits), fd_limit, pauses);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu",
-             (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
-             (unsigned long long)s.masked, (unsigned long long)s.replays,
-             (unsigned long long)s.tls_hmacs, (unsigned long long)s.strangers_refused,
-             (unsigned long long)s.hello_budget);
+             G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),
+             G(strangers_refused), G(hello_budget));
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
              "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
-             (unsigned long long)s.acl_denied, (unsigned long long)s.acl_not_allowed,
-             (unsigned long long)s.pp_untrusted, (unsigned long long)s.pp_bad,
-             (unsigned long long)s.pp_local, (unsigned long long)s.socks_fails,
-             (unsigned long long)s.store_replays, (unsigned long long)s.store_failed);
+             G(acl_denied), G(acl_not_allowed), G(pp_untrusted), G(pp_bad), G(pp_local),
+             G(socks_fails), G(store_replays), G(store_failed));
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
-                                (unsigned long long)s.closed[r]);
+                                G(closed[r]));
     log_info("stats: closed:%s", line);
     log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
              pool[1], pool[2], pool[3]);
+#undef G
     if (n && pws[0].users)
         log_user_stats(pws[0].users);
 }
