@@ -22,6 +22,7 @@
 #include "proxy/conn.h"
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
+#include "proxy/middle.h"
 #include "proxy/options.h"
 
 #define EXIT_CONFIG 2
@@ -116,7 +117,7 @@ static int ensure_secret(struct options *o, char *err, size_t errlen)
 }
 
 /* Raises RLIMIT_NOFILE to its hard limit and lowers max-connections to fit it. */
-static void fit_fd_limit(struct options *o, int nworkers)
+static void fit_fd_limit(struct options *o, int nworkers, const struct me_table *me)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -135,6 +136,8 @@ static void fit_fd_limit(struct options *o, int nworkers)
     for (int i = 0; i < o->ndcs; i++)
         ids += i == 0 || o->dcs[i].id != o->dcs[i - 1].id;
     reserve += (long long)nworkers * o->dc_pool * (ids + (o->dc_builtin ? 6 : 0));
+    if (me) /* ME links, with room for a reload's new set while the old one drains */
+        reserve += 2LL * nworkers * o->me_pool * me->naddrs;
     long long fit = ((long long)rl.rlim_cur - reserve) / 2;
     if (rl.rlim_cur != RLIM_INFINITY && fit < o->max_connections) {
         if (fit < 1)
@@ -264,6 +267,25 @@ static void log_user_stats(const struct users *u)
     }
 }
 
+/* SIGHUP in middle mode: rereads proxy-secret-file and proxy-config-file and hands the new
+ * table to the workers (new clients use it; old links finish their clients). A bad file keeps
+ * the current table. Returns the table now in use. */
+static struct me_table *reload_middle(const struct options *o, struct proxy_worker *pws, int n,
+                                      struct me_table *cur)
+{
+    char err[CONFIG_ERR_LEN];
+    struct me_table *t = middle_table_load(o, err, sizeof err);
+    if (!t) {
+        log_error("SIGHUP: middle-proxy files not reloaded, keeping the current ones: %s", err);
+        return cur;
+    }
+    middle_reload(pws, n, t);
+    middle_table_put(cur);
+    log_info("SIGHUP: middle-proxy files reloaded: %d ME address%s", t->naddrs,
+             t->naddrs == 1 ? "" : "es");
+    return t;
+}
+
 static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
@@ -301,6 +323,13 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     log_info("stats: closed:%s", line);
     log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
              pool[1], pool[2], pool[3]);
+    if (pws[0].middle)
+        log_info("stats: me handshakes %llu handshake_fails %llu connect_fails %llu "
+                 "link_drops %llu dead_closed %llu slow_closed %llu link_pauses %llu requests "
+                 "%llu answers %llu acks %llu pings %llu unknown %llu",
+                 G(me_handshakes), G(me_handshake_fails), G(me_connect_fails), G(me_link_drops),
+                 G(me_dead_closed), G(me_slow_closed), G(me_link_pauses), G(me_requests),
+                 G(me_answers), G(me_acks), G(me_pings), G(me_unknown));
 #undef G
     if (n && pws[0].users)
         log_user_stats(pws[0].users);
@@ -350,6 +379,15 @@ int main(int argc, char **argv)
     /* The access list's files are read here, so --check-config reports their bad lines. */
     static struct acl acl;
     acl_build(&acl, &opt, &parser.errors);
+    /* Middle mode's files are read here too, so --check-config reports their errors. */
+    struct me_table *me = NULL;
+    if (opt.middle && !parser.errors.count) {
+        char merr[CONFIG_ERR_LEN];
+        if (!(me = middle_table_load(&opt, merr, sizeof merr))) {
+            snprintf(parser.errors.msg[0], CONFIG_ERR_LEN, "%s", merr);
+            parser.errors.count = 1;
+        }
+    }
     {
         char serr[CONFIG_ERR_LEN];
         if (!parser.errors.count && (options_resolve_socks5(&opt, serr, sizeof serr) ||
@@ -377,6 +415,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s\nmtproxy: 1 configuration error\n", merr);
             return EXIT_CONFIG;
         }
+        if (me)
+            printf("middle-proxy mode: %d ME address%s, proxy secret of %zu bytes\n",
+                   me->naddrs, me->naddrs == 1 ? "" : "es", me->secret_len);
         printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
                "access-list range%s)\n",
                opt.nlisten, opt.nlisten == 1 ? "" : "es", opt.nsecrets,
@@ -412,7 +453,7 @@ int main(int argc, char **argv)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nworkers = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
     }
-    fit_fd_limit(&opt, nworkers);
+    fit_fd_limit(&opt, nworkers, me);
 
     static struct dc_table dcs;
     dc_table_build(&dcs, &opt);
@@ -467,6 +508,10 @@ int main(int argc, char **argv)
         pws[i].acl = &acl;
         pws[i].users = &users;
         pws[i].uid = uids;
+        if (me && middle_init(&pws[i], me)) {
+            log_error("cannot set up middle-proxy mode in worker %d", i);
+            return 1;
+        }
         for (int l = 0; l < opt.nlisten; l++) {
             int fd = sock_listen(&opt.listen[l], opt.backlog, 1, &pws[i].sockopts, err,
                                  sizeof err);
@@ -529,6 +574,8 @@ int main(int argc, char **argv)
         if (sig == SIGHUP) {
             log_reopen();
             log_info("SIGHUP: log reopened");
+            if (me)
+                me = reload_middle(&opt, pws, nworkers, me);
         } else if (sig == SIGUSR1) {
             log_stats(pws, ws, nworkers);
         } else {
@@ -549,6 +596,7 @@ int main(int argc, char **argv)
     free(ws);
     free(pws);
     replay_free(replay);
+    middle_table_put(me);
     acl_free(&acl);
     users_destroy(&users);
     free(uids);

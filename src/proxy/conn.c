@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/replay.h"
 #include "proto/proxyproto.h"
+#include "proxy/middle.h"
 #include "proxy/relay.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
@@ -32,6 +33,8 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_MASK_UNREACHABLE] = "mask-unreachable",
     [CR_SHUTDOWN] = "shutdown",
     [CR_REFUSED] = "refused",
+    [CR_ME_LINK] = "me-link-lost",
+    [CR_SLOW] = "slow-client",
 };
 
 const char *conn_reason_name(enum conn_reason r)
@@ -168,6 +171,8 @@ int conn_close(struct conn *c, enum conn_reason r)
         waiters_remove(pw, c);
     if (c->batched)
         batch_remove(pw, c);
+    if (c->mc)
+        middle_detach(c);
     side_release(c, &c->cli);
     side_release(c, &c->dc);
     hbuf_free(c);
@@ -589,6 +594,11 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         return;
     }
     crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
+    if (pw->middle) { /* middle mode: an ME link instead of a DC connection */
+        reserve_release(c);
+        middle_attach(c, extra, n);
+        return;
+    }
     /* The client's header is spent: build ours toward the DC in its place. In fast mode its
      * key material is the client's download key and IV (reversed), so the DC encrypts for
      * the client and the download direction needs no crypto here (PROTOCOL.md 5.2). */
@@ -999,7 +1009,10 @@ static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
         hold_read(c);
         break;
     case CS_RELAY:
-        relay_event(c, &c->cli, revents);
+        if (c->mc)
+            middle_client_event(c, revents);
+        else
+            relay_event(c, &c->cli, revents);
         break;
     default:
         break;
@@ -1131,7 +1144,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->dc.fd = -1;
     c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
     c->born = ev_now(w->loop);
-    c->fast = (uint8_t)pw->opt->fast_mode;
+    c->fast = (uint8_t)(pw->opt->fast_mode && !pw->middle); /* middle mode reframes */
     c->splice = (uint8_t)(c->fast && pw->opt->splice);
     c->cli.pipe_r = c->cli.pipe_w = c->dc.pipe_r = c->dc.pipe_w = -1;
     c->next = pw->live;
@@ -1170,6 +1183,7 @@ void proxy_on_stop(struct worker *w)
     relay_stop(pw);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
+    middle_stop(pw);
     ev_timer_stop(w->loop, &pw->loglim_timer);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
 }
@@ -1244,6 +1258,7 @@ static void conn_free_ciphers(void *obj)
 void proxy_worker_destroy(struct proxy_worker *pw)
 {
     dcpool_destroy(&pw->dcpool);
+    middle_destroy(pw);
     pool_destroy(&pw->conns, conn_free_ciphers);
     for (int i = 0; i < pw->npipes; i++) {
         close(pw->pipes[i][0]);
@@ -1285,6 +1300,18 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(tls_hmacs);
     ADD(strangers_refused);
     ADD(hello_budget);
+    ADD(me_handshakes);
+    ADD(me_handshake_fails);
+    ADD(me_connect_fails);
+    ADD(me_link_drops);
+    ADD(me_dead_closed);
+    ADD(me_slow_closed);
+    ADD(me_link_pauses);
+    ADD(me_requests);
+    ADD(me_answers);
+    ADD(me_acks);
+    ADD(me_pings);
+    ADD(me_unknown);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
 #undef ADD
