@@ -99,7 +99,8 @@ static int ensure_secret(struct options *o, char *err, size_t errlen)
     }
     if (options_save_state(&s, o->state_file, err, errlen))
         return -1;
-    o->secrets[o->nsecrets++] = s;
+    if (options_add_secret(o, &s, err, errlen))
+        return -1;
     log_info("no secret configured: generated one and saved it in %s", o->state_file);
     return 0;
 }
@@ -229,6 +230,30 @@ static void remove_pidfile(const char *path)
         log_warn("cannot remove pidfile %s: %s", path, strerror(e));
 }
 
+/* One line per user who has done anything (SIGUSR1 and at exit); never a secret. */
+static void log_user_stats(const struct users *u)
+{
+    uint32_t n = users_count(u);
+    for (uint32_t id = 0; id < n; id++) {
+        struct user_totals t;
+        users_stats_sum(u, id, &t);
+        uint64_t refused = 0;
+        for (int r = 0; r < UR_COUNT; r++)
+            refused += t.refused[r];
+        if (!t.conns && !refused && !t.quota_used)
+            continue;
+        log_info("user %s: conns %llu active %llu bytes_up %llu bytes_down %llu "
+                 "quota_used %llu closed_limit %llu refused conns %llu ips %llu quota %llu "
+                 "expired %llu",
+                 users_name(u, id), (unsigned long long)t.conns, (unsigned long long)t.active,
+                 (unsigned long long)t.bytes_up, (unsigned long long)t.bytes_down,
+                 (unsigned long long)t.quota_used, (unsigned long long)t.closed_limit,
+                 (unsigned long long)t.refused[UR_CONNS], (unsigned long long)t.refused[UR_IPS],
+                 (unsigned long long)t.refused[UR_QUOTA],
+                 (unsigned long long)t.refused[UR_EXPIRED]);
+    }
+}
+
 static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
@@ -272,6 +297,8 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     log_info("stats: closed:%s", line);
     log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
              pool[1], pool[2], pool[3]);
+    if (n && pws[0].users)
+        log_user_stats(pws[0].users);
 }
 
 int main(int argc, char **argv)
@@ -406,6 +433,22 @@ int main(int argc, char **argv)
                  replay_memory_for(&rc), rc.window);
     }
 
+    /* The users registry: one id per secret name, per-user counters per worker. */
+    static struct users users;
+    uint32_t *uids = calloc((size_t)opt.nsecrets + 1, sizeof *uids);
+    if (!uids || users_init(&users, nworkers)) {
+        log_error("out of memory for %d users", opt.nsecrets);
+        return 1;
+    }
+    for (int i = 0; i < opt.nsecrets; i++) {
+        int32_t id = users_intern(&users, opt.secrets[i].name);
+        if (id < 0) {
+            log_error("out of memory for %d users", opt.nsecrets);
+            return 1;
+        }
+        uids[i] = (uint32_t)id;
+    }
+
     struct worker *ws = calloc((size_t)nworkers, sizeof *ws);
     struct proxy_worker *pws = calloc((size_t)nworkers, sizeof *pws);
     if (!ws || !pws)
@@ -417,6 +460,8 @@ int main(int argc, char **argv)
             return 1;
         }
         pws[i].acl = &acl;
+        pws[i].users = &users;
+        pws[i].uid = uids;
         for (int l = 0; l < opt.nlisten; l++) {
             int fd = sock_listen(&opt.listen[l], opt.backlog, 1, &pws[i].sockopts, err,
                                  sizeof err);
@@ -500,6 +545,9 @@ int main(int argc, char **argv)
     free(pws);
     replay_free(replay);
     acl_free(&acl);
+    users_destroy(&users);
+    free(uids);
+    options_free(&opt);
     log_close();
     return 0;
 }

@@ -20,6 +20,7 @@
 #include "proxy/options.h"
 #include "proxy/rstore.h"
 #include "proxy/socks.h"
+#include "proxy/users.h"
 
 /*
  * States:
@@ -110,7 +111,9 @@ struct conn {
     int16_t dc_id;             /* as the client asked */
     int16_t dc_resolved;       /* the id whose addresses are used */
     uint8_t state;
-    uint8_t secret_idx;
+    uint32_t secret_idx;       /* index of the matched secret in the options' secrets */
+    int32_t uid;               /* its user's id in the users registry, -1 until proven */
+    struct user_stats *us;     /* that user's counters in this worker (NULL until proven) */
     uint8_t hdr_len;
     uint8_t waiting_block;
     uint8_t fast;              /* fast mode: DC->client bytes pass without crypto */
@@ -183,6 +186,8 @@ struct proxy_worker {
     struct replay *replay;             /* shared by all workers; NULL = off */
     struct rstore rstore;              /* this worker's link to the fleet's replay store */
     const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
+    struct users *users;               /* the users registry (shared; NULL = not counted) */
+    const uint32_t *uid;               /* per secret index: its user's id in users */
     int tls_enabled;                   /* allow-ee and at least one ee secret */
     struct arena arena;
     struct pool conns;

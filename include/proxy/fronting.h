@@ -8,7 +8,7 @@
 #include "core/sock.h"
 #include "proxy/options.h"
 
-#define MASK_MAX_TARGETS (OPT_MAX_SECRETS + 1)
+#define MASK_MAX_TARGETS 256 /* distinct fronting domains; more are fronted to the first */
 
 /* One resolved fronting target: the web server of a domain (or the configured mask-host). */
 struct mask_target {

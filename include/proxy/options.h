@@ -3,6 +3,7 @@
 #define MTPROXY_PROXY_OPTIONS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/cidr.h"
 #include "core/config.h"
@@ -12,7 +13,7 @@
 #include "proxy/rstore.h"
 
 #define OPT_MAX_LISTEN 16
-#define OPT_MAX_SECRETS 64
+#define OPT_MAX_SECRETS 100000 /* users (secrets); storage grows with those configured */
 #define OPT_MAX_DC_ADDRS 128
 #define OPT_PATH_MAX 1024
 #define OPT_MAX_ACL 256      /* allow/deny lines in the config; longer lists go in files */
@@ -38,8 +39,10 @@ enum write_batch_mode {
 struct options {
     struct sock_addr listen[OPT_MAX_LISTEN];
     int nlisten;
-    struct secret secrets[OPT_MAX_SECRETS];
-    int nsecrets;
+    struct secret *secrets; /* heap, grown as secrets are parsed (options_free) */
+    int nsecrets, secrets_cap;
+    uint32_t *secret_slots; /* name -> index + 1, open addressing (duplicate names) */
+    size_t nsecret_slots;
     struct opt_dc dcs[OPT_MAX_DC_ADDRS];
     int ndcs;
     int dc_builtin;
@@ -125,8 +128,12 @@ struct options {
 extern const struct config_option options_table[];
 extern const size_t options_count;
 
-/* Starts a parse session with every default applied. */
+/* Starts a parse session with every default applied. o must be zeroed (static) or have
+ * been set up by options_init before (what it holds on the heap is freed first). */
 int options_init(struct config_parser *p, struct options *o);
+
+/* Frees what o holds on the heap (the secrets); o may be set up again with options_init. */
+void options_free(struct options *o);
 
 /* Cross-key checks after all sources are applied (e.g. max-buffer >= block-size); adds
  * errors to p. Returns the number of errors added. */
@@ -135,6 +142,12 @@ int options_validate(struct config_parser *p, struct options *o);
 /* Resolves the socks5 server's host (blocking; start-up and --check-config only). Returns 0
  * (also when socks5 is unset), or -1 with err. */
 int options_resolve_socks5(struct options *o, char *err, size_t errlen);
+
+/* Appends secret s (its name must be new). Returns 0, or -1 with err. */
+int options_add_secret(struct options *o, const struct secret *s, char *err, size_t errlen);
+
+/* The index of the secret named name, or -1. */
+int options_find_secret(const struct options *o, const char *name);
 
 /* 1 if s's key is one shown in mtproxy's documentation (refused by options_validate). */
 int options_documented_secret(const struct secret *s);

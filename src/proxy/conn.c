@@ -159,6 +159,8 @@ int conn_close(struct conn *c, enum conn_reason r)
     }
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
+    if (c->us)
+        STAT_DEC(&c->us->active);
     stranger_done(c);
     reserve_release(c);
     ev_timer_stop(pw->w->loop, &c->timer);
@@ -558,7 +560,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         return;
     }
     if (!c->tls) {
-        c->secret_idx = (uint8_t)h.secret_index;
+        c->secret_idx = (uint32_t)h.secret_index;
         enum store_gate g = store_gate(c, c->hdr + 8, o->rstore_ttl_ms);
         if (g == STORE_WAIT)
             return;
@@ -573,7 +575,13 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     stranger_done(c);
     c->tag = h.tag;
     c->dc_id = h.dc;
-    c->secret_idx = (uint8_t)h.secret_index;
+    c->secret_idx = (uint32_t)h.secret_index;
+    if (pw->users) {
+        c->uid = (int32_t)pw->uid[c->secret_idx];
+        c->us = users_wstats(pw->users, pw->w->id, (uint32_t)c->uid);
+        STAT_INC(&c->us->conns);
+        STAT_INC(&c->us->active);
+    }
     uint8_t skip[OBFS2_HDR_LEN], wire[OBFS2_HDR_LEN];
     if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
         (!c->fast && crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv))) {
@@ -602,6 +610,8 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         crypto_ctr_apply(c->dc_enc, extra, extra, n);
         c->up_bytes += n;
         STAT_ADD(&pw->stats.bytes_up, n);
+        if (c->us)
+            STAT_ADD(&c->us->bytes_up, n);
     }
     if (n && side_queue(c, &c->dc, extra, n)) {
         conn_close(c, CR_NO_MEMORY);
@@ -675,7 +685,7 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
     c->authed = 1;
     stranger_done(c);
     c->tls = 1;
-    c->secret_idx = (uint8_t)secret_idx;
+    c->secret_idx = (uint32_t)secret_idx;
     c->hdr_len = 0;
     faketls_deframer_init(&c->defr);
     c->state = CS_TLS_HEADER;
@@ -739,7 +749,7 @@ static void tls_hello_check(struct conn *c)
         reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: replayed");
         return;
     }
-    c->secret_idx = (uint8_t)m.secret_index;
+    c->secret_idx = (uint32_t)m.secret_index;
     /* A hello is only valid within the time skew: the store keeps it that long (both ways). */
     enum store_gate g = store_gate(c, h.client.random, 2 * o->tls_time_skew_ms);
     if (g == STORE_WAIT)
@@ -1116,6 +1126,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->pw = pw;
     c->id = ++pw->next_id;
     c->peer = *peer;
+    c->uid = -1;
     c->cli.fd = fd;
     c->dc.fd = -1;
     c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;

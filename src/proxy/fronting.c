@@ -90,6 +90,11 @@ int mask_table_build(struct mask_table *t, const struct options *o, char *err, s
             int seen = 0;
             for (int k = 0; k < t->n; k++)
                 seen |= !strcasecmp(t->t[k].domain, s->domain);
+            if (!seen && t->n == MASK_MAX_TARGETS) {
+                log_warn("fronting: more than %d ee domains: clients naming the others are "
+                         "fronted to %s", MASK_MAX_TARGETS, t->t[0].domain);
+                break;
+            }
             if (!seen && add_target(t, o, s->domain, s->domain, err, errlen))
                 return -1;
         }

@@ -467,6 +467,7 @@ struct relay_dir {
     int tls_in, tls_out;
     uint64_t *counter;
     stat_t *stat_bytes;
+    stat_t *user_bytes; /* the user's counter in this worker, or NULL */
 };
 
 /* Moves bytes along one direction and writes them out. One function for both directions.
@@ -499,6 +500,8 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
                 dst->queued += (size_t)n;
                 *counter += (uint64_t)n;
                 STAT_ADD(stat_bytes, (uint64_t)n);
+                if (d->user_bytes)
+                    STAT_ADD(d->user_bytes, (uint64_t)n);
                 STAT_ADD(&pw->stats.spliced, (uint64_t)n);
                 c->last_io = ev_now(pw->w->loop);
                 if (flush_or_batch(c, dst, src))
@@ -593,6 +596,8 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             }
             *counter += m;
             STAT_ADD(stat_bytes, m);
+            if (d->user_bytes)
+                STAT_ADD(d->user_bytes, m);
             c->last_io = ev_now(pw->w->loop);
             if (flush_or_batch(c, dst, src))
                 return -1;
@@ -644,12 +649,14 @@ void relay_event(struct conn *c, struct conn_side *s, int revents)
             d.tls_in = c->tls;
             d.counter = &c->up_bytes;
             d.stat_bytes = &c->pw->stats.bytes_up;
+            d.user_bytes = c->us ? &c->us->bytes_up : NULL;
         } else {
             d.dec = mask || c->fast ? NULL : c->dc_dec;
             d.enc = mask || c->fast ? NULL : c->cli_enc;
             d.tls_out = c->tls;
             d.counter = &c->down_bytes;
             d.stat_bytes = &c->pw->stats.bytes_down;
+            d.user_bytes = c->us ? &c->us->bytes_down : NULL;
         }
         if (relay_pump(c, &d))
             return;

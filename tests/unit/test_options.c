@@ -202,7 +202,7 @@ static void test_secret_limit(void **state) {
         assert_int_equal(set("secret", line), 0);
     }
     assert_int_equal(set("secret", "extra:" KEY1), -1);
-    assert_true(has_error("at most 64 secrets"));
+    assert_true(has_error("at most 100000 secrets"));
 }
 
 /* --- dc --------------------------------------------------------------------------------- */

@@ -1,0 +1,163 @@
+/* users.h: the users registry (one user per secret name), per-user counters and shared limit state. */
+#ifndef MTPROXY_PROXY_USERS_H
+#define MTPROXY_PROXY_USERS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sock.h"
+#include "core/stat.h"
+#include "proto/secret.h"
+
+/*
+ * Every `secret = NAME:SECRET` is a user. A user gets a stable id the first time its name is
+ * seen (users_intern, main thread only) and keeps it for the life of the process, across
+ * reloads, also while it is removed from the config (its counters and quota stay; a user
+ * added back gets them again). Storage grows in chunks of USERS_CHUNK ids as users are
+ * configured: nothing is sized for the maximum.
+ *
+ * Counters (struct user_stats) are per user and per worker: written only by the owning
+ * worker (STAT_*), read by anyone; users_stats_sum adds one user's counters over all workers.
+ *
+ * Limit state (struct user_shared) is one per user, shared by all workers, and lock-free:
+ * active connections and quota bytes are atomic counters (a connection of a user with
+ * a limit does one atomic add per relay read; users without limits pay nothing), the rate
+ * limit is one atomic "theoretical arrival time" per direction (GCRA, compare-and-swap). The
+ * one lock is per user and only for users with an `ips` limit: the set of their recent
+ * client addresses, touched once per handshake of that user.
+ */
+
+#define USERS_CHUNK 1024        /* ids per storage chunk */
+#define USERS_MAX_CHUNKS 1024   /* => at most USERS_MAX users */
+#define USERS_MAX (USERS_CHUNK * USERS_MAX_CHUNKS)
+
+/* Why a user's new connection was refused (or a live one ended). */
+enum user_refusal {
+    UR_CONNS = 0, /* conns=N concurrent connections reached */
+    UR_IPS,       /* ips=N distinct addresses within ips-window reached */
+    UR_QUOTA,     /* quota=SIZE used up (both directions) */
+    UR_EXPIRED,   /* past expires= */
+    UR_COUNT
+};
+
+/* Name of a refusal reason ("conns", "ips", "quota", "expired"). */
+const char *users_refusal_name(enum user_refusal r);
+
+/* One user's limits (`limit = NAME ...`); 0 = no limit for each field. */
+struct user_limit {
+    char name[SECRET_NAME_MAX];
+    uint32_t conns;   /* concurrent connections, whole process */
+    uint32_t ips;     /* distinct client addresses within ips-window */
+    uint64_t quota;   /* bytes both ways, kept across restarts in the state file */
+    int64_t expires;  /* unix time (UTC) after which the user is refused; 0 = never */
+    uint64_t rate;    /* bytes per second, each direction, shared by the user's connections */
+};
+
+/* Parses the value of a `limit` line:
+ *
+ *   NAME [conns=N] [ips=N] [quota=SIZE] [expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]
+ *
+ * (fields separated by blanks, each at most once, in any order; SIZE as elsewhere: 16k, 4M,
+ * 10G; a date alone means 00:00:00 UTC that day). Returns 0, or -1 with a message in err. */
+int users_limit_parse(const char *text, struct user_limit *out, char *err, size_t errlen);
+
+/* One user's counters in one worker (written by that worker only). */
+struct user_stats {
+    stat_t bytes_up;   /* client -> DC payload bytes */
+    stat_t bytes_down; /* DC -> client payload bytes */
+    stat_t active;     /* connections now relaying (or connecting) for this user */
+    stat_t conns;      /* connections accepted for this user (valid handshake), total */
+    stat_t refused[UR_COUNT]; /* new connections refused, by reason */
+    stat_t closed_limit;      /* live connections ended by a limit (quota, expiry, removal) */
+};
+
+/* A user's counters summed over the workers (users_stats_sum), plus its shared state. */
+struct user_totals {
+    uint64_t bytes_up, bytes_down, active, conns, refused[UR_COUNT], closed_limit;
+    uint64_t quota_used; /* bytes counted against the quota (persisted), whole process */
+};
+
+/* Limit state of one user shared by all workers. */
+struct user_ips;
+struct user_shared {
+    char name[SECRET_NAME_MAX];
+    _Atomic uint32_t active;     /* connections holding a conns slot, whole process */
+    _Atomic uint64_t used;       /* quota bytes used (loaded from / saved to the state file) */
+    _Atomic uint64_t tat[2];     /* rate: theoretical arrival time per direction, in us */
+    _Atomic int64_t last_log;    /* refusal log: the minute of the last line */
+    struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */
+};
+
+struct users {
+    int nworkers;
+    _Atomic uint32_t n; /* ids handed out; chunks below n are allocated (release/acquire) */
+    struct user_shared *shared[USERS_MAX_CHUNKS];
+    struct user_stats ***stats; /* [worker][chunk] -> USERS_CHUNK counters */
+    /* name -> id + 1 (open addressing; main thread only) */
+    uint32_t *slots;
+    size_t nslots;
+};
+
+/* Sets up an empty registry for nworkers workers. Returns 0, or -1 (out of memory). */
+int users_init(struct users *u, int nworkers);
+
+/* Frees everything (after the workers stopped). */
+void users_destroy(struct users *u);
+
+/* The id of user name, created if new. Main thread only (or before workers start).
+ * Returns the id, or -1 (out of memory, or USERS_MAX reached). */
+int32_t users_intern(struct users *u, const char *name);
+
+/* The id of user name, or -1 if it never existed. Main thread only. */
+int32_t users_find(const struct users *u, const char *name);
+
+/* Number of ids handed out (ids are 0..n-1); any thread. */
+uint32_t users_count(const struct users *u);
+
+/* User id's shared state / name (id < users_count); any thread. */
+struct user_shared *users_shared(const struct users *u, uint32_t id);
+const char *users_name(const struct users *u, uint32_t id);
+
+/* Worker's counters for user id (the worker writes them with STAT_*). */
+struct user_stats *users_wstats(const struct users *u, int worker, uint32_t id);
+
+/* Sums user id's counters over every worker into out (relaxed reads; any thread). */
+void users_stats_sum(const struct users *u, uint32_t id, struct user_totals *out);
+
+/* --- limit checks (any worker) ------------------------------------------------------------ */
+
+/* Admits a new connection of user id from addr under lim (may be NULL: no limit) at time now
+ * (unix seconds). On success the connection holds a conns slot (release it with
+ * users_release) and its address was recorded for the ips limit. Returns -1 if admitted,
+ * else the enum user_refusal reason. ips_window in seconds. */
+int users_admit(const struct users *u, uint32_t id, const struct user_limit *lim,
+                const struct sock_addr *addr, double now, double ips_window);
+
+/* Gives back the conns slot taken by users_admit (and refreshes the address's last use). */
+void users_release(const struct users *u, uint32_t id, const struct sock_addr *addr,
+                   double now);
+
+/* Counts n relayed bytes against user id's quota. Returns 1 if the quota is now used up
+ * (quota > 0), else 0. */
+int users_charge(const struct users *u, uint32_t id, uint64_t quota, uint64_t n);
+
+/* Rate limit: takes n bytes in direction dir (0 up, 1 down) at rate bytes/s at time now
+ * (seconds). Returns the seconds to wait before reading more in that direction (0 = go on).
+ * burst: bytes that may go at once after a pause. */
+double users_rate_take(const struct users *u, uint32_t id, int dir, uint64_t rate,
+                       uint64_t burst, uint64_t n, double now);
+
+/* 1 if a refusal of user id should be logged now (once per user per minute). */
+int users_log_allowed(const struct users *u, uint32_t id, double now);
+
+/* State file: writes `quota-used = NAME BYTES` lines for every user with bytes used into
+ * buf (NUL-terminated, grown with realloc). Returns the length, or -1 (out of memory). */
+long users_state_format(const struct users *u, char **buf, size_t *cap);
+
+/* Applies one `quota-used` value ("NAME BYTES") read from the state file. Returns 0, or -1
+ * with err. Main thread only, before workers use the user. */
+int users_state_apply(struct users *u, const char *value, char *err, size_t errlen);
+
+#endif

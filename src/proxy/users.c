@@ -1,0 +1,562 @@
+/* users.c: the users registry, per-user per-worker counters, shared limit state, limit parser. */
+#include "proxy/users.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/config.h"
+
+static const char *const refusal_names[UR_COUNT] = {
+    [UR_CONNS] = "conns", [UR_IPS] = "ips", [UR_QUOTA] = "quota", [UR_EXPIRED] = "expired"};
+
+const char *users_refusal_name(enum user_refusal r)
+{
+    return (unsigned)r < UR_COUNT ? refusal_names[r] : "?";
+}
+
+/* --- limit = NAME [conns=N] [ips=N] [quota=SIZE] [expires=DATE] [rate=SIZE/s] ----------- */
+
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n >= SECRET_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+/* days since 1970-01-01 of a civil date (proleptic Gregorian) */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+/* YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC) -> unix seconds. Returns 0, or -1. */
+static int parse_date(const char *s, size_t n, int64_t *out)
+{
+    unsigned y, mo, d, h = 0, mi = 0, se = 0;
+    char tail[4] = {0};
+    char buf[32];
+    if (n >= sizeof buf)
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    int consumed = 0;
+    if (n == 10) {
+        if (sscanf(buf, "%4u-%2u-%2u%n", &y, &mo, &d, &consumed) != 3 || consumed != 10)
+            return -1;
+    } else if (n == 20) {
+        if (sscanf(buf, "%4u-%2u-%2uT%2u:%2u:%2u%1[Z]%n", &y, &mo, &d, &h, &mi, &se, tail,
+                   &consumed) != 7 ||
+            consumed != 20)
+            return -1;
+    } else {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) /* sscanf takes signs and blanks: digits only */
+        if (!isdigit((unsigned char)buf[i]) && i != 4 && i != 7 && i != 10 && i != 13 &&
+            i != 16 && i != 19)
+            return -1;
+    static const unsigned mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h > 23 ||
+        mi > 59 || se > 59)
+        return -1;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (mo == 2 && d == 29 && !leap)
+        return -1;
+    *out = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+    return 0;
+}
+
+int users_limit_parse(const char *text, struct user_limit *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const char *p = text;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    const char *q = p;
+    while (*q && *q != ' ' && *q != '\t')
+        q++;
+    if (!name_ok(p, (size_t)(q - p))) {
+        snprintf(err, errlen, "limit must be 'NAME [conns=N] [ips=N] [quota=SIZE] "
+                              "[expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]' with NAME a "
+                              "secret's name");
+        return -1;
+    }
+    memcpy(out->name, p, (size_t)(q - p));
+    out->name[q - p] = 0;
+    unsigned seen = 0;
+    int nfields = 0;
+    for (p = q;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            break;
+        q = p;
+        while (*q && *q != ' ' && *q != '\t')
+            q++;
+        const char *eq = memchr(p, '=', (size_t)(q - p));
+        char val[64];
+        size_t klen = eq ? (size_t)(eq - p) : 0;
+        size_t vlen = eq ? (size_t)(q - eq - 1) : 0;
+        if (!eq || vlen == 0 || vlen >= sizeof val) {
+            snprintf(err, errlen, "limit %s: '%.*s' is not KEY=VALUE", out->name,
+                     (int)(q - p > 40 ? 40 : q - p), p);
+            return -1;
+        }
+        memcpy(val, eq + 1, vlen);
+        val[vlen] = 0;
+        static const char *const keys[] = {"conns", "ips", "quota", "expires", "rate"};
+        int k = -1;
+        for (int i = 0; i < 5; i++)
+            if (strlen(keys[i]) == klen && !memcmp(p, keys[i], klen))
+                k = i;
+        if (k < 0) {
+            snprintf(err, errlen, "limit %s: unknown field '%.*s' (conns, ips, quota, expires, "
+                                  "rate)", out->name, (int)(klen > 20 ? 20 : klen), p);
+            return -1;
+        }
+        if (seen & (1u << k)) {
+            snprintf(err, errlen, "limit %s: %s given twice", out->name, keys[k]);
+            return -1;
+        }
+        seen |= 1u << k;
+        nfields++;
+        char e2[128];
+        long long v;
+        unsigned long long sz;
+        switch (k) {
+        case 0:
+        case 1:
+            if (config_parse_int(val, &v, e2, sizeof e2) || v < 1 || v > 1000000) {
+                snprintf(err, errlen, "limit %s: %s must be an integer in 1..1000000",
+                         out->name, keys[k]);
+                return -1;
+            }
+            if (k == 0)
+                out->conns = (uint32_t)v;
+            else
+                out->ips = (uint32_t)v;
+            break;
+        case 2:
+            if (config_parse_size(val, &sz, e2, sizeof e2) || sz == 0) {
+                snprintf(err, errlen, "limit %s: quota must be a size above 0 (e.g. 10G)",
+                         out->name);
+                return -1;
+            }
+            out->quota = sz;
+            break;
+        case 3:
+            if (parse_date(val, vlen, &out->expires)) {
+                snprintf(err, errlen, "limit %s: expires must be YYYY-MM-DD or "
+                                      "YYYY-MM-DDTHH:MM:SSZ (UTC)", out->name);
+                return -1;
+            }
+            break;
+        case 4:
+            if (vlen < 3 || strcmp(val + vlen - 2, "/s") != 0) {
+                snprintf(err, errlen, "limit %s: rate must be SIZE/s (e.g. 1M/s)", out->name);
+                return -1;
+            }
+            val[vlen - 2] = 0;
+            if (config_parse_size(val, &sz, e2, sizeof e2) || sz < 1024 ||
+                sz > (1ULL << 40)) {
+                snprintf(err, errlen, "limit %s: rate must be 1k/s to 1024G/s", out->name);
+                return -1;
+            }
+            out->rate = sz;
+            break;
+        }
+        p = q;
+    }
+    if (!nfields) {
+        snprintf(err, errlen, "limit %s: no limit given (conns=, ips=, quota=, expires=, rate=)",
+                 out->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* --- registry ------------------------------------------------------------------------------ */
+
+struct user_ips {
+    pthread_mutex_t mu;
+    uint32_t n, cap;
+    struct ip_entry {
+        uint8_t a[16];
+        uint32_t refs; /* live connections from this address */
+        double last;   /* last connection start or end */
+    } *e;
+};
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 16777619u;
+    return h;
+}
+
+int users_init(struct users *u, int nworkers)
+{
+    memset(u, 0, sizeof *u);
+    u->nworkers = nworkers;
+    u->stats = calloc((size_t)nworkers, sizeof *u->stats);
+    if (!u->stats)
+        return -1;
+    for (int w = 0; w < nworkers; w++)
+        if (!(u->stats[w] = calloc(USERS_MAX_CHUNKS, sizeof **u->stats)))
+            return -1;
+    return 0;
+}
+
+void users_destroy(struct users *u)
+{
+    for (int c = 0; c < USERS_MAX_CHUNKS && u->shared[c]; c++) {
+        for (int i = 0; i < USERS_CHUNK; i++) {
+            struct user_ips *ip = atomic_load(&u->shared[c][i].ips);
+            if (ip) {
+                pthread_mutex_destroy(&ip->mu);
+                free(ip->e);
+                free(ip);
+            }
+        }
+        free(u->shared[c]);
+    }
+    if (u->stats) {
+        for (int w = 0; w < u->nworkers; w++) {
+            if (!u->stats[w])
+                continue;
+            for (int c = 0; c < USERS_MAX_CHUNKS; c++)
+                free(u->stats[w][c]);
+            free(u->stats[w]);
+        }
+        free(u->stats);
+    }
+    free(u->slots);
+    memset(u, 0, sizeof *u);
+}
+
+int32_t users_find(const struct users *u, const char *name)
+{
+    if (!u->nslots)
+        return -1;
+    for (size_t i = name_hash(name) & (u->nslots - 1);; i = (i + 1) & (u->nslots - 1)) {
+        uint32_t s = u->slots[i];
+        if (!s)
+            return -1;
+        if (!strcmp(users_name(u, s - 1), name))
+            return (int32_t)(s - 1);
+    }
+}
+
+static int slots_grow(struct users *u)
+{
+    size_t n = u->nslots ? u->nslots * 2 : 64;
+    uint32_t *s = calloc(n, sizeof *s);
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < u->nslots; i++) {
+        uint32_t v = u->slots[i];
+        if (!v)
+            continue;
+        size_t j = name_hash(users_name(u, v - 1)) & (n - 1);
+        while (s[j])
+            j = (j + 1) & (n - 1);
+        s[j] = v;
+    }
+    free(u->slots);
+    u->slots = s;
+    u->nslots = n;
+    return 0;
+}
+
+int32_t users_intern(struct users *u, const char *name)
+{
+    int32_t id = users_find(u, name);
+    if (id >= 0)
+        return id;
+    uint32_t n = atomic_load_explicit(&u->n, memory_order_relaxed);
+    if (n >= USERS_MAX)
+        return -1;
+    if ((n + 1) * 2 > u->nslots && slots_grow(u))
+        return -1;
+    uint32_t c = n / USERS_CHUNK;
+    if (!u->shared[c]) {
+        if (!(u->shared[c] = calloc(USERS_CHUNK, sizeof *u->shared[c])))
+            return -1;
+        for (int w = 0; w < u->nworkers; w++)
+            if (!(u->stats[w][c] = calloc(USERS_CHUNK, sizeof *u->stats[w][c])))
+                return -1;
+    }
+    snprintf(u->shared[c][n % USERS_CHUNK].name, SECRET_NAME_MAX, "%s", name);
+    size_t j = name_hash(name) & (u->nslots - 1);
+    while (u->slots[j])
+        j = (j + 1) & (u->nslots - 1);
+    u->slots[j] = n + 1;
+    atomic_store_explicit(&u->n, n + 1, memory_order_release);
+    return (int32_t)n;
+}
+
+uint32_t users_count(const struct users *u)
+{
+    return atomic_load_explicit(&u->n, memory_order_acquire);
+}
+
+struct user_shared *users_shared(const struct users *u, uint32_t id)
+{
+    return &u->shared[id / USERS_CHUNK][id % USERS_CHUNK];
+}
+
+const char *users_name(const struct users *u, uint32_t id)
+{
+    return users_shared(u, id)->name;
+}
+
+struct user_stats *users_wstats(const struct users *u, int worker, uint32_t id)
+{
+    return &u->stats[worker][id / USERS_CHUNK][id % USERS_CHUNK];
+}
+
+void users_stats_sum(const struct users *u, uint32_t id, struct user_totals *out)
+{
+    memset(out, 0, sizeof *out);
+    if (id >= users_count(u))
+        return;
+    for (int w = 0; w < u->nworkers; w++) {
+        const struct user_stats *s = users_wstats(u, w, id);
+        out->bytes_up += STAT_GET(&s->bytes_up);
+        out->bytes_down += STAT_GET(&s->bytes_down);
+        out->active += STAT_GET(&s->active);
+        out->conns += STAT_GET(&s->conns);
+        out->closed_limit += STAT_GET(&s->closed_limit);
+        for (int r = 0; r < UR_COUNT; r++)
+            out->refused[r] += STAT_GET(&s->refused[r]);
+    }
+    out->quota_used = atomic_load_explicit(&users_shared(u, id)->used, memory_order_relaxed);
+}
+
+/* --- limits -------------------------------------------------------------------------------- */
+
+static void addr_key(const struct sock_addr *a, uint8_t k[16])
+{
+    memset(k, 0, 16);
+    if (a->u.sa.sa_family == AF_INET) {
+        k[10] = k[11] = 0xff;
+        memcpy(k + 12, &a->u.in4.sin_addr, 4);
+    } else if (a->u.sa.sa_family == AF_INET6) {
+        memcpy(k, &a->u.in6.sin6_addr, 16);
+    }
+}
+
+static struct user_ips *ips_get(struct user_shared *s)
+{
+    struct user_ips *ip = atomic_load(&s->ips);
+    if (ip)
+        return ip;
+    struct user_ips *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    pthread_mutex_init(&n->mu, NULL);
+    if (atomic_compare_exchange_strong(&s->ips, &ip, n))
+        return n;
+    pthread_mutex_destroy(&n->mu); /* another worker made it first */
+    free(n);
+    return ip;
+}
+
+/* Admits addr into the user's recent addresses. Returns 0, or -1 if limit distinct ones are
+ * there already (or no memory). */
+static int ips_admit(struct user_shared *s, const struct sock_addr *addr, uint32_t limit,
+                     double now, double window)
+{
+    struct user_ips *ip = ips_get(s);
+    if (!ip)
+        return -1;
+    uint8_t k[16];
+    addr_key(addr, k);
+    int rc = -1;
+    pthread_mutex_lock(&ip->mu);
+    struct ip_entry *found = NULL;
+    for (uint32_t i = 0; i < ip->n;) {
+        struct ip_entry *e = &ip->e[i];
+        if (!memcmp(e->a, k, 16)) {
+            found = e;
+            i++;
+        } else if (!e->refs && e->last < now - window) { /* forgotten: out of the window */
+            *e = ip->e[--ip->n];
+        } else {
+            i++;
+        }
+    }
+    if (found) {
+        found->refs++;
+        found->last = now;
+        rc = 0;
+    } else if (ip->n < limit) {
+        if (ip->n == ip->cap) {
+            uint32_t cap = ip->cap ? ip->cap * 2 : 4;
+            struct ip_entry *e = realloc(ip->e, cap * sizeof *e);
+            if (!e)
+                goto out;
+            ip->e = e;
+            ip->cap = cap;
+        }
+        struct ip_entry *e = &ip->e[ip->n++];
+        memcpy(e->a, k, 16);
+        e->refs = 1;
+        e->last = now;
+        rc = 0;
+    }
+out:
+    pthread_mutex_unlock(&ip->mu);
+    return rc;
+}
+
+static void ips_release(struct user_shared *s, const struct sock_addr *addr, double now)
+{
+    struct user_ips *ip = atomic_load(&s->ips);
+    if (!ip)
+        return;
+    uint8_t k[16];
+    addr_key(addr, k);
+    pthread_mutex_lock(&ip->mu);
+    for (uint32_t i = 0; i < ip->n; i++) {
+        if (!memcmp(ip->e[i].a, k, 16)) {
+            if (ip->e[i].refs)
+                ip->e[i].refs--;
+            ip->e[i].last = now;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ip->mu);
+}
+
+int users_admit(const struct users *u, uint32_t id, const struct user_limit *lim,
+                const struct sock_addr *addr, double now, double ips_window)
+{
+    struct user_shared *s = users_shared(u, id);
+    if (lim && lim->expires && now >= (double)lim->expires)
+        return UR_EXPIRED;
+    if (lim && lim->quota && atomic_load_explicit(&s->used, memory_order_relaxed) >= lim->quota)
+        return UR_QUOTA;
+    uint32_t a = atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
+    if (lim && lim->conns && a >= lim->conns) {
+        atomic_fetch_sub_explicit(&s->active, 1, memory_order_relaxed);
+        return UR_CONNS;
+    }
+    if (lim && lim->ips && ips_admit(s, addr, lim->ips, now, ips_window)) {
+        atomic_fetch_sub_explicit(&s->active, 1, memory_order_relaxed);
+        return UR_IPS;
+    }
+    return -1;
+}
+
+void users_release(const struct users *u, uint32_t id, const struct sock_addr *addr,
+                   double now)
+{
+    struct user_shared *s = users_shared(u, id);
+    atomic_fetch_sub_explicit(&s->active, 1, memory_order_relaxed);
+    ips_release(s, addr, now);
+}
+
+int users_charge(const struct users *u, uint32_t id, uint64_t quota, uint64_t n)
+{
+    struct user_shared *s = users_shared(u, id);
+    uint64_t used = atomic_fetch_add_explicit(&s->used, n, memory_order_relaxed) + n;
+    return quota && used >= quota;
+}
+
+double users_rate_take(const struct users *u, uint32_t id, int dir, uint64_t rate,
+                       uint64_t burst, uint64_t n, double now)
+{
+    _Atomic uint64_t *tat = &users_shared(u, id)->tat[dir & 1];
+    uint64_t now_us = (uint64_t)(now * 1e6);
+    uint64_t cost = (uint64_t)((double)n * 1e6 / (double)rate);
+    uint64_t old = atomic_load_explicit(tat, memory_order_relaxed), nt;
+    do {
+        nt = (old > now_us ? old : now_us) + cost;
+    } while (!atomic_compare_exchange_weak_explicit(tat, &old, nt, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    uint64_t burst_us = (uint64_t)((double)burst * 1e6 / (double)rate);
+    return nt > now_us + burst_us ? (double)(nt - now_us - burst_us) / 1e6 : 0;
+}
+
+int users_log_allowed(const struct users *u, uint32_t id, double now)
+{
+    _Atomic int64_t *l = &users_shared(u, id)->last_log;
+    int64_t minute = (int64_t)(now / 60) + 1; /* 0 = never logged */
+    int64_t old = atomic_load_explicit(l, memory_order_relaxed);
+    return old != minute && atomic_compare_exchange_strong(l, &old, minute);
+}
+
+/* --- state file ----------------------------------------------------------------------------- */
+
+long users_state_format(const struct users *u, char **buf, size_t *cap)
+{
+    size_t len = 0;
+    uint32_t n = users_count(u);
+    for (uint32_t id = 0; id < n; id++) {
+        uint64_t used = atomic_load_explicit(&users_shared(u, id)->used, memory_order_relaxed);
+        if (!used)
+            continue;
+        if (*cap - len < SECRET_NAME_MAX + 64) {
+            size_t nc = *cap * 2 + SECRET_NAME_MAX + 4096;
+            char *b = realloc(*buf, nc);
+            if (!b)
+                return -1;
+            *buf = b;
+            *cap = nc;
+        }
+        len += (size_t)snprintf(*buf + len, *cap - len, "quota-used = %s %llu\n",
+                                users_name(u, id), (unsigned long long)used);
+    }
+    if (*cap == len) {
+        char *b = realloc(*buf, len + 1);
+        if (!b)
+            return -1;
+        *buf = b;
+        *cap = len + 1;
+    }
+    if (*buf)
+        (*buf)[len] = 0;
+    return (long)len;
+}
+
+int users_state_apply(struct users *u, const char *value, char *err, size_t errlen)
+{
+    char name[SECRET_NAME_MAX];
+    const char *sp = strpbrk(value, " \t");
+    if (!sp || !name_ok(value, (size_t)(sp - value))) {
+        snprintf(err, errlen, "quota-used must be 'NAME BYTES'");
+        return -1;
+    }
+    memcpy(name, value, (size_t)(sp - value));
+    name[sp - value] = 0;
+    while (*sp == ' ' || *sp == '\t')
+        sp++;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(sp, &end, 10);
+    if (errno || end == sp || *end || *sp == '-') {
+        snprintf(err, errlen, "quota-used %s: '%s' is not a byte count", name, sp);
+        return -1;
+    }
+    int32_t id = users_intern(u, name);
+    if (id < 0) {
+        snprintf(err, errlen, "quota-used %s: too many users", name);
+        return -1;
+    }
+    atomic_store(&users_shared(u, (uint32_t)id)->used, v);
+    return 0;
+}
