@@ -1,0 +1,50 @@
+/* http.h: a strict, bounded HTTP/1.x request-head parser for the metrics server (pure: bytes in, verdict out). */
+#ifndef MTPROXY_PROTO_HTTP_H
+#define MTPROXY_PROTO_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A request head (RFC 9112), CRLF line ends only:
+ *   METHOD SP /path[?query] SP HTTP/1.0|HTTP/1.1 CRLF
+ *   (NAME ":" OWS VALUE OWS CRLF){0..max_headers}
+ *   CRLF
+ * METHOD is GET or HEAD (others: BAD, status 405); the target must be origin-form (starts
+ * with '/', printable ASCII, no '#'); header names are tokens, values printable ASCII or
+ * HTAB; obs-fold (a line starting with SP/HTAB), a request body (Content-Length other than 0,
+ * any Transfer-Encoding) and bare LF are BAD. From the query only `token` is taken
+ * (percent-decoded); from the headers only `Authorization: Bearer TOKEN`.
+ */
+#define HTTP_PATH_MAX 256
+#define HTTP_TOKEN_MAX 256
+
+enum http_status { HTTP_OK = 0, HTTP_NEED_MORE = 1, HTTP_BAD = -1 };
+
+enum http_method { HTTP_GET = 0, HTTP_HEAD };
+
+struct http_request {
+    size_t consumed;              /* OK: length of the head (through the empty line) */
+    enum http_method method;
+    int minor;                    /* HTTP/1.minor */
+    char path[HTTP_PATH_MAX];     /* the target before '?', as sent (not decoded) */
+    char token[HTTP_TOKEN_MAX];   /* ?token= value, percent-decoded ("" if absent) */
+    char bearer[HTTP_TOKEN_MAX];  /* Authorization: Bearer value ("" if absent) */
+    int has_token, has_bearer;
+    int nheaders;
+    int code;                     /* BAD: the status to answer with (400, 405, 414, 431, 505) */
+    const char *why;              /* BAD: what was wrong (a static string) */
+};
+
+/* Parses the request head at buf[0..len). max bounds the head: if no complete head is within
+ * the first max bytes it is BAD (431). Returns OK (out filled; bytes after out->consumed are
+ * not looked at), NEED_MORE (no empty line yet, nothing bad so far) or BAD (out->code,
+ * out->why) as soon as a complete line is bad. A BAD prefix stays BAD with more bytes. Reads
+ * only buf[0..len). */
+enum http_status http_parse_request(const uint8_t *buf, size_t len, size_t max,
+                                    size_t max_headers, struct http_request *out);
+
+/* 1 if a and b are equal strings, in time that depends only on their lengths. */
+int http_token_equal(const char *a, const char *b);
+
+#endif

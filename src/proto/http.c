@@ -1,0 +1,225 @@
+/* http.c: strict HTTP/1.x request-head parser (pure: bytes in, verdict out; see http.h). */
+#include "proto/http.h"
+
+#include <string.h>
+
+static enum http_status bad(struct http_request *out, int code, const char *why)
+{
+    out->code = code;
+    out->why = why;
+    return HTTP_BAD;
+}
+
+static int is_tchar(uint8_t c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int lower(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+/* Case-insensitive compare of n bytes of s with the lower-case literal lit. */
+static int ieq(const uint8_t *s, size_t n, const char *lit)
+{
+    size_t m = strlen(lit);
+    if (n != m)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (lower(s[i]) != lit[i])
+            return 0;
+    return 1;
+}
+
+static int hexval(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (uint8_t)lower(c);
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* The query's token=VALUE (percent-decoded, '+' is a space). Returns 0, or -1 if malformed. */
+static int query_token(const uint8_t *q, size_t n, struct http_request *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t e = i;
+        while (e < n && q[e] != '&')
+            e++;
+        if (e - i >= 6 && memcmp(q + i, "token=", 6) == 0) {
+            size_t o = 0;
+            for (size_t k = i + 6; k < e; k++) {
+                int ch = q[k];
+                if (ch == '%') {
+                    if (k + 2 >= e)
+                        return -1;
+                    int hi = hexval(q[k + 1]), lo = hexval(q[k + 2]);
+                    if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                        return -1;
+                    ch = hi * 16 + lo;
+                    k += 2;
+                } else if (ch == '+') {
+                    ch = ' ';
+                }
+                if (o + 1 >= HTTP_TOKEN_MAX)
+                    return -1;
+                out->token[o++] = (char)ch;
+            }
+            out->token[o] = 0;
+            out->has_token = 1;
+        }
+        i = e + 1;
+    }
+    return 0;
+}
+
+static enum http_status request_line(const uint8_t *l, size_t n, struct http_request *out)
+{
+    size_t sp1 = 0;
+    while (sp1 < n && l[sp1] != ' ')
+        sp1++;
+    if (sp1 == 0 || sp1 == n)
+        return bad(out, 400, "malformed request line");
+    for (size_t i = 0; i < sp1; i++)
+        if (!is_tchar(l[i]))
+            return bad(out, 400, "malformed method");
+    if (sp1 == 3 && memcmp(l, "GET", 3) == 0)
+        out->method = HTTP_GET;
+    else if (sp1 == 4 && memcmp(l, "HEAD", 4) == 0)
+        out->method = HTTP_HEAD;
+    else
+        return bad(out, 405, "method not allowed");
+    size_t t = sp1 + 1, sp2 = t;
+    while (sp2 < n && l[sp2] != ' ')
+        sp2++;
+    if (sp2 == n || sp2 == t || n - sp2 - 1 != 8)
+        return bad(out, 400, "malformed request line");
+    const uint8_t *v = l + sp2 + 1;
+    if (memcmp(v, "HTTP/1.", 7) != 0)
+        return bad(out, 505, "not HTTP/1.x");
+    if (v[7] != '0' && v[7] != '1')
+        return bad(out, 505, "not HTTP/1.0 or 1.1");
+    out->minor = v[7] - '0';
+    if (l[t] != '/')
+        return bad(out, 400, "target is not an absolute path");
+    size_t q = t;
+    for (size_t i = t; i < sp2; i++) {
+        if (l[i] <= 0x20 || l[i] >= 0x7f || l[i] == '#')
+            return bad(out, 400, "bad character in target");
+        if (l[i] == '?' && q == t)
+            q = i;
+    }
+    if (q == t)
+        q = sp2;
+    if (q - t >= HTTP_PATH_MAX)
+        return bad(out, 414, "path too long");
+    memcpy(out->path, l + t, q - t);
+    out->path[q - t] = 0;
+    if (q < sp2 && query_token(l + q + 1, sp2 - q - 1, out))
+        return bad(out, 400, "malformed token in query");
+    return HTTP_OK;
+}
+
+static enum http_status header_line(const uint8_t *l, size_t n, struct http_request *out)
+{
+    if (l[0] == ' ' || l[0] == '\t')
+        return bad(out, 400, "obsolete line folding");
+    size_t c = 0;
+    while (c < n && l[c] != ':')
+        c++;
+    if (c == 0 || c == n)
+        return bad(out, 400, "malformed header");
+    for (size_t i = 0; i < c; i++)
+        if (!is_tchar(l[i]))
+            return bad(out, 400, "malformed header name");
+    size_t vs = c + 1, ve = n;
+    for (size_t i = vs; i < n; i++)
+        if ((l[i] < 0x20 && l[i] != '\t') || l[i] == 0x7f)
+            return bad(out, 400, "control character in header value");
+    while (vs < ve && (l[vs] == ' ' || l[vs] == '\t'))
+        vs++;
+    while (ve > vs && (l[ve - 1] == ' ' || l[ve - 1] == '\t'))
+        ve--;
+    const uint8_t *v = l + vs;
+    size_t vn = ve - vs;
+    if (ieq(l, c, "transfer-encoding"))
+        return bad(out, 400, "request body not accepted");
+    if (ieq(l, c, "content-length") && !(vn == 1 && v[0] == '0'))
+        return bad(out, 400, "request body not accepted");
+    if (ieq(l, c, "authorization")) {
+        if (out->has_bearer)
+            return bad(out, 400, "repeated authorization");
+        if (vn > 7 && ieq(v, 6, "bearer") && v[6] == ' ') {
+            size_t s = 7;
+            while (s < vn && v[s] == ' ')
+                s++;
+            if (vn - s >= HTTP_TOKEN_MAX || s == vn)
+                return bad(out, 400, "malformed bearer token");
+            memcpy(out->bearer, v + s, vn - s);
+            out->bearer[vn - s] = 0;
+            out->has_bearer = 1;
+        }
+    }
+    return HTTP_OK;
+}
+
+enum http_status http_parse_request(const uint8_t *buf, size_t len, size_t max,
+                                    size_t max_headers, struct http_request *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t lim = len < max ? len : max;
+    size_t pos = 0;
+    int line_no = 0;
+    for (;;) {
+        size_t e = pos;
+        while (e < lim && buf[e] != '\n')
+            e++;
+        if (e == lim)
+            break; /* no complete line yet */
+        if (e == pos || buf[e - 1] != '\r')
+            return bad(out, 400, "bare LF");
+        size_t n = e - 1 - pos;
+        for (size_t i = pos; i < e - 1; i++)
+            if (buf[i] == '\r' || buf[i] == 0)
+                return bad(out, 400, "stray CR or NUL");
+        if (line_no == 0) {
+            if (n == 0)
+                return bad(out, 400, "empty request line");
+            if (request_line(buf + pos, n, out) != HTTP_OK)
+                return HTTP_BAD;
+        } else if (n == 0) {
+            out->consumed = e + 1;
+            return HTTP_OK;
+        } else {
+            if ((size_t)out->nheaders >= max_headers)
+                return bad(out, 431, "too many headers");
+            out->nheaders++;
+            if (header_line(buf + pos, n, out) != HTTP_OK)
+                return HTTP_BAD;
+        }
+        line_no++;
+        pos = e + 1;
+    }
+    /* A partial line: bytes no request may hold are BAD at once. */
+    for (size_t i = pos; i < lim; i++)
+        if (buf[i] == 0 || (buf[i] == '\r' && i + 1 < lim))
+            return bad(out, 400, "stray CR or NUL");
+    if (len >= max)
+        return bad(out, line_no == 0 ? 414 : 431, "request head too large");
+    return HTTP_NEED_MORE;
+}
+
+int http_token_equal(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned diff = na != nb;
+    for (size_t i = 0; i < na && i < nb; i++)
+        diff |= (unsigned)(a[i] ^ b[i]);
+    return diff == 0;
+}
