@@ -473,8 +473,6 @@ static void log_acl(const struct acl *acl)
 struct state_saver {
     struct users *users;
     char *last; /* what was written last */
-    char *buf;
-    size_t cap;
 };
 
 static void state_save(struct state_saver *sv, const struct gen *g, int final)
@@ -748,7 +746,11 @@ int main(int argc, char **argv)
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
 
+    /* What the state file holds now: it is rewritten only when that changes (after dropping
+     * privileges, only a quota makes it change; see startup_checks). */
     struct state_saver saver = {.users = &users};
+    size_t last_cap = 0;
+    users_state_format(&users, &saver.last, &last_cap);
     for (;;) {
         int sig = 0;
         /* Woken every few seconds to keep the quota used in the state file. */

@@ -375,3 +375,34 @@ def test_second_instance_refused(procs, tmp_path):
                                        "--state-file", state] + common)
     assert rc == 0 and "in use" in err, err
     assert len(session(proxy.addr, a)[0]) >= 64  # the first one is unharmed
+
+
+def test_sighup_log_reopen_failure_reported(bins, tmp_path):
+    """A log file that cannot be reopened (its directory is gone) is said on stderr, not only
+    in the rotated file; the reload still happens."""
+    import subprocess
+    from harness import free_ports, mtproxy_argv
+    if not bins["mtproxy"]:
+        pytest.skip("no mtproxy")
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    port = free_ports(1)[0]
+    errf = open(tmp_path / "stderr", "wb")
+    p = subprocess.Popen(mtproxy_argv(bins, "--listen", f"127.0.0.1:{port}", "--secret",
+                                      f"a:{new_secret()}", "--dc-builtin", "off", "--dc",
+                                      "2 127.0.0.1:1", "--default-dc", "2", "--log",
+                                      str(logdir / "m.log"), "--state-file",
+                                      str(tmp_path / "s.state")),
+                         stdout=subprocess.DEVNULL, stderr=errf, stdin=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: " started, pid " in (logdir / "m.log").read_text()
+                          if (logdir / "m.log").exists() else False, 5)
+        (logdir / "m.log").unlink()
+        logdir.rmdir()
+        p.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: "cannot reopen log file" in
+                          (tmp_path / "stderr").read_text(errors="replace"), 5)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(T(10)) == 0
+        errf.close()
