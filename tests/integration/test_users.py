@@ -406,3 +406,36 @@ def test_sighup_log_reopen_failure_reported(bins, tmp_path):
         p.send_signal(signal.SIGTERM)
         assert p.wait(T(10)) == 0
         errf.close()
+
+
+def test_ee_user_over_limit_is_fronted_like_a_probe(procs):
+    from test_faketls import TlsEnv, assert_fronted
+    env = TlsEnv(procs, extra=["--limit", "tls expires=2001-01-01"])
+    mark = env.dc.mark()
+    res = env.client(2, 1000, 1000)
+    assert_fronted(env, res, mark)  # the hello went to the site, as a probe's would
+    assert_ok(env.client(2, 1000, 1000, secret=env.ee2))  # another ee user is served
+    st = user_stats(env.proxy, "tls")
+    assert st["refused_expired"] == 1 and st["conns"] == 0, st
+    assert stats(env.proxy)["masked"] == 1
+
+
+def test_sighup_moves_new_connections_to_a_new_dc_table(procs, tmp_path):
+    dc1 = procs.fake_dc([(i, "normal") for i in DC_IDS], name="dc_one")
+    dc2 = procs.fake_dc([(i, "normal") for i in DC_IDS], name="dc_two")
+    a = new_secret()
+    conf = tmp_path / "d.conf"
+    write_conf(conf, [("a", a)], dc1)
+    proxy = procs.proxy([], [], extra=["--config", str(conf), "--dc-pool", "1"])
+    live = procs.client_bg(proxy, a, "ef", 2, 1 << 20, 64 << 20)  # stays on dc1
+    assert_ok(procs.client(proxy, a, "ef", 2, 1000, 1000))
+    m1, m2 = dc1.mark(), dc2.mark()
+    write_conf(conf, [("a", a)], dc2)
+    os.kill(proxy.pid, signal.SIGHUP)
+    assert reloaded(proxy, 2), proxy.stderr_tail()
+    for _ in range(3):
+        assert_ok(procs.client(proxy, a, "ef", 2, 1000, 1000))
+    # (dc1 sees its pooled sockets closed unused: SHORT_HEADER, no header)
+    full = lambda dc, m: len(dc.matching(r"^HEADER ", m))
+    assert full(dc2, m2) == 3 and full(dc1, m1) == 0, (dc1.lines[-5:], dc2.lines[-5:])
+    assert_ok(procs.result(live))
