@@ -168,6 +168,13 @@ struct me_table *middle_table_load(const struct options *o, char *err, size_t er
             a->addr.u.in4.sin_port = htons(rc->e[i].port);
             a->addr.len = sizeof a->addr.u.in4;
         }
+        a->uniq = (int16_t)(t->naddrs - 1);
+        for (int k = 0; k < t->naddrs - 1; k++)
+            if (t->addrs[k].addr.len == a->addr.len &&
+                !memcmp(&t->addrs[k].addr.u, &a->addr.u, a->addr.len)) {
+                a->uniq = (int16_t)k;
+                break;
+            }
     }
     t->default_dc = rc->default_dc ? rc->default_dc : t->addrs[0].dc;
     atomic_store(&t->refs, 1);
@@ -948,7 +955,7 @@ static int link_add(struct middle *m, struct me_table *t, int i)
 static int links_add(struct middle *m, struct me_table *t)
 {
     for (int i = 0; i < t->naddrs; i++)
-        for (int k = 0; k < m->pw->opt->me_pool; k++)
+        for (int k = 0; k < m->pw->opt->me_pool && t->addrs[i].uniq == i; k++)
             if (link_add(m, t, i))
                 return -1;
     return 0;
@@ -1066,7 +1073,10 @@ static struct me_link *link_pick(struct middle *m, int dc)
     struct me_link *best = NULL, *any = NULL;
     unsigned seen = 0, pick = m->rr++;
     for (struct me_link *l = m->links; l; l = l->next) {
-        if (l->draining || l->t != t || t->addrs[l->addr].dc != want)
+        int serves = 0; /* one of want's lines names this link's address */
+        for (int i = 0; i < t->naddrs && !serves && l->t == t; i++)
+            serves = t->addrs[i].dc == want && t->addrs[i].uniq == l->addr;
+        if (l->draining || !serves)
             continue;
         if (!any || (pick % (seen + 1)) == 0)
             any = l;
