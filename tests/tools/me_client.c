@@ -9,21 +9,26 @@
 #include "proto/frame.h"
 #include "proto/obfs2.h"
 #include "proto/secret.h"
+#include "tlsclient.h"
 #include "toolnet.h"
 
 /*
  * Usage: me_client --proxy ADDR:PORT --secret HEX [--tag ef|ee|dd] [--dc N] [--clients N]
  *                  [--echo COUNT [--size BYTES] [--quickack] [--gap-ms MS]]
- *                  [--download BYTES [--chunk B]] [--stall K [--stall-bytes B]] [--hold-ms MS]
+ *                  [--download BYTES [--chunk B] [--part B --window N]]
+ *                  [--stall K [--stall-bytes B]] [--hold-ms MS]
  *                  [--timeout S]
  *
- * Each client connects, sends the obfuscated2 header, then:
+ * Each client connects (an ee secret: FakeTLS first, then everything in records), sends the
+ * obfuscated2 header, then:
  *   --echo COUNT: COUNT packets "ECHOECHO" | client u32 | seq u32 | random, each answered by
  *     fake_me with the same packet (and, with --quickack, a quick-ack token before it); every
  *     byte is checked, so an answer for another client is a failure.
- *   --download BYTES: one "DOWNLOAD" request; the answers must carry the fake ME's pattern.
+ *   --download BYTES: one "DOWNLOAD" request (--part P --window W: requests of P bytes, W
+ *     outstanding, as apps fetch files); the answers must carry the fake ME's pattern.
  *   --stall K: the first K clients send their request (for --stall-bytes), then never read
  *     (until the others end, or --hold-ms).
+ *   --hold-ms MS with --echo: each client stays connected, idle, MS after its echoes.
  * Output: CLIENT i port=P (once connected), then per client OK i bytes=N secs=S or
  * FAIL i why=TEXT, then SUMMARY ok=N fail=N bytes=N secs=S mibps=X min_mibps=X med_mibps=X
  * (over the clients that read).
@@ -33,12 +38,15 @@ struct opts {
     struct sockaddr_storage proxy;
     socklen_t proxy_len;
     uint8_t key[16];
+    char sni[SECRET_DOMAIN_MAX + 1]; /* an ee secret: FakeTLS to this name */
     uint32_t tag;
     int dc, clients, echo, size, quickack, stall, timeout_s;
     uint64_t download;
     uint32_t chunk;
     int hold_ms;
     int gap_ms;           /* --echo: pause between packets */
+    uint32_t part;        /* --download in requests of this many bytes (0 = one request) */
+    int window;           /* ... with at most this many outstanding */
     uint64_t stall_bytes; /* --download: what a stalled client asks for (default: --download) */
 };
 
@@ -46,9 +54,13 @@ struct client {
     const struct opts *o;
     int idx, fd;
     struct crypto_ctr *enc, *dec;
+    int tls;                 /* FakeTLS: records both ways */
+    bool ccs_pending;
+    struct tlsc_in tin;
     uint8_t *buf;
     size_t len, cap;
     int ok;
+    double rtt_sum, rtt_max; /* --echo: round trips, seconds */
     uint64_t bytes;
     double secs;
     char why[96];
@@ -64,6 +76,12 @@ static void out(const char *fmt, ...) {
     va_end(ap);
 }
 
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static int64_t deadline_of(const struct client *c) {
     return tn_now_ms() + (int64_t)c->o->timeout_s * 1000;
 }
@@ -71,6 +89,46 @@ static int64_t deadline_of(const struct client *c) {
 static int fail(struct client *c, const char *why) {
     snprintf(c->why, sizeof c->why, "%s", why);
     return -1;
+}
+
+/* Writes n bytes (already encrypted) to the proxy, in TLS records for an ee secret. */
+static int send_raw(struct client *c, const uint8_t *p, size_t n) {
+    uint8_t *b = NULL;
+    if (c->tls) {
+        if (!(b = malloc(tlsc_framed_len(n))))
+            return fail(c, "malloc");
+        n = tlsc_frame(p, n, &c->ccs_pending, b);
+        p = b;
+    }
+    enum tn_status st = tn_write_all(c->fd, p, n, deadline_of(c));
+    free(b);
+    return st == TN_OK ? 0 : fail(c, "write");
+}
+
+/* The FakeTLS handshake: our hello, the proxy's ServerHello + CCS + one record, checked. */
+static int tls_handshake(struct client *c) {
+    uint8_t hello[TLSC_HELLO_MAX], resp[32768];
+    size_t len = tlsc_build_hello(hello, sizeof hello, c->o->key, c->o->sni, (uint32_t)time(NULL));
+    if (!len || tn_write_all(c->fd, hello, len, deadline_of(c)) != TN_OK)
+        return fail(c, "tls hello");
+    size_t have = 0;
+    for (int rec = 0; rec < 3; rec++) { /* ServerHello, CCS, ApplicationData */
+        if (have + 5 > sizeof resp ||
+            tn_read_full(c->fd, resp + have, 5, deadline_of(c), NULL) != TN_OK)
+            return fail(c, "tls: no answer (fronted?)");
+        size_t body = (size_t)resp[have + 3] << 8 | resp[have + 4];
+        have += 5;
+        if (have + body > sizeof resp ||
+            tn_read_full(c->fd, resp + have, body, deadline_of(c), NULL) != TN_OK)
+            return fail(c, "tls: short answer");
+        have += body;
+    }
+    char why[96];
+    if (tlsc_check_server_hello(resp, have, c->o->key, hello + TLSC_RANDOM_OFF, why, sizeof why))
+        return fail(c, why);
+    c->tls = 1;
+    c->ccs_pending = true;
+    return 0;
 }
 
 /* Sends one packet in the client's framing (encrypted). */
@@ -85,9 +143,9 @@ static int send_packet(struct client *c, const uint8_t *p, size_t n, int qa) {
     memcpy(b + h, p, n);
     memset(b + h + n, 0xaa, pad);
     crypto_ctr_apply(c->enc, b, b, h + n + pad);
-    enum tn_status st = tn_write_all(c->fd, b, h + n + pad, deadline_of(c));
+    int rc = send_raw(c, b, h + n + pad);
     free(b);
-    return st == TN_OK ? 0 : fail(c, "write");
+    return rc;
 }
 
 /* Reads until buf holds want bytes (decrypted). */
@@ -104,6 +162,15 @@ static int fill(struct client *c, size_t want) {
     }
     while (c->len < want) {
         ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (r > 0 && c->tls) {
+            size_t m = 0;
+            if (tlsc_in_feed(&c->tin, c->buf + c->len, (size_t)r, &m))
+                return fail(c, c->tin.why);
+            c->bytes += (uint64_t)r - m; /* record headers */
+            r = (ssize_t)m;
+            if (!r)
+                continue;
+        }
         if (r > 0) {
             crypto_ctr_apply(c->dec, c->buf + c->len, c->buf + c->len, (size_t)r);
             c->len += (size_t)r;
@@ -174,6 +241,7 @@ static int run_echo(struct client *c) {
         }
         uint32_t confirm = 0;
         size_t h, n, t;
+        int64_t sent_us = now_us();
         int r = read_answer(c, &confirm, &h, &n, &t);
         if (c->o->quickack) {
             if (r != 1 || confirm != ((uint32_t)c->o->size | 0x80000000u)) {
@@ -189,39 +257,76 @@ static int run_echo(struct client *c) {
         if (n != (size_t)c->o->size || memcmp(c->buf + h, p, n) != 0)
             rc = fail(c, "echo mismatch (an answer for another client?)");
         consume(c, t);
+        double rtt = (double)(now_us() - sent_us) / 1e6;
+        c->rtt_sum += rtt;
+        if (rtt > c->rtt_max)
+            c->rtt_max = rtt;
+    }
+    if (!rc && c->o->hold_ms && !c->o->stall) { /* stay connected, idle (memory figures) */
+        int64_t end = tn_now_ms() + c->o->hold_ms;
+        while (tn_now_ms() < end)
+            usleep(50000);
     }
     free(p);
     return rc;
 }
 
-static int run_download(struct client *c) {
+/* One DOWNLOAD request for n bytes. */
+static int download_req(struct client *c, uint64_t n, uint32_t seed) {
     uint8_t req[20];
-    uint32_t seed = (uint32_t)c->idx * 977u;
     memcpy(req, "DOWNLOAD", 8);
-    int stalled = c->idx < c->o->stall;
-    tp_put32(req + 8, (uint32_t)(stalled && c->o->stall_bytes ? c->o->stall_bytes : c->o->download));
+    tp_put32(req + 8, (uint32_t)n);
     tp_put32(req + 12, c->o->chunk);
     tp_put32(req + 16, seed);
-    if (send_packet(c, req, sizeof req, 0))
-        return -1;
+    return send_packet(c, req, sizeof req, 0);
+}
+
+/* Downloads --download bytes: one request, or (--part) requests of part bytes with --window
+ * outstanding, as a Telegram client fetches a file in parts. Each part restarts the pattern. */
+static int run_download(struct client *c) {
+    const struct opts *o = c->o;
+    uint32_t seed = (uint32_t)c->idx * 977u;
+    int stalled = c->idx < o->stall;
+    uint64_t part = o->part && !stalled ? o->part : stalled && o->stall_bytes ? o->stall_bytes
+                                                                              : o->download;
+    uint64_t total = stalled && o->stall_bytes ? o->stall_bytes : o->download;
+    uint64_t asked = 0, got = 0, in_part = 0;
+    int window = o->part && o->window > 0 ? o->window : 1;
+    while (asked < total && (asked - got) / part < (uint64_t)window) {
+        uint64_t n = total - asked < part ? total - asked : part;
+        if (download_req(c, n, seed))
+            return -1;
+        asked += n;
+    }
     if (stalled) { /* never read */
-        int64_t end = tn_now_ms() + c->o->hold_ms;
-        while (readers_left > 0 && tn_now_ms() < end)
+        int64_t end = tn_now_ms() + o->hold_ms;
+        while (readers_left > 0 && (!o->hold_ms || tn_now_ms() < end))
             usleep(20000);
         return 0;
     }
-    uint64_t got = 0;
-    while (got < c->o->download) {
+    while (got < total) {
         uint32_t confirm;
         size_t h, n, t;
         int r = read_answer(c, &confirm, &h, &n, &t);
         if (r)
             return r < 0 ? -1 : fail(c, "unexpected quick ack");
-        for (size_t i = 0; i < n && got + i < c->o->download; i++)
-            if (c->buf[h + i] != (uint8_t)((got + i) * 7 + seed))
+        uint64_t this_part = total - (got - in_part) < part ? total - (got - in_part) : part;
+        size_t use = n < this_part - in_part ? n : (size_t)(this_part - in_part);
+        for (size_t i = 0; i < use; i++)
+            if (c->buf[h + i] != (uint8_t)((in_part + i) * 7 + seed))
                 return fail(c, "download pattern mismatch");
-        got += n;
+        got += use;
+        in_part += use;
         consume(c, t);
+        if (in_part == this_part) { /* a part is done: ask for the next */
+            in_part = 0;
+            if (asked < total) {
+                uint64_t k = total - asked < part ? total - asked : part;
+                if (download_req(c, k, seed))
+                    return -1;
+                asked += k;
+            }
+        }
     }
     return 0;
 }
@@ -249,6 +354,8 @@ static void *run_client(void *arg) {
     struct obfs2_keys k;
     c->enc = crypto_ctr_new();
     c->dec = crypto_ctr_new();
+    if (o->sni[0] && tls_handshake(c))
+        goto done;
     if (!c->enc || !c->dec || obfs2_build(plain, o->tag, (int16_t)o->dc, NULL)) {
         fail(c, "setup");
         goto done;
@@ -257,10 +364,8 @@ static void *run_client(void *arg) {
     crypto_ctr_init(c->enc, k.fwd.key, k.fwd.iv);
     crypto_ctr_init(c->dec, k.rev.key, k.rev.iv);
     obfs2_seal(plain, c->enc, wire);
-    if (tn_write_all(c->fd, wire, sizeof wire, deadline_of(c)) != TN_OK) {
-        fail(c, "write header");
+    if (send_raw(c, wire, sizeof wire))
         goto done;
-    }
     rc = o->echo ? run_echo(c) : run_download(c);
 done:
     c->secs = (double)(tn_now_ms() - t0) / 1000.0;
@@ -288,7 +393,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     static struct opts o = {.tag = OBFS2_TAG_INTERMEDIATE, .dc = 2, .clients = 1, .size = 64,
-                            .timeout_s = 30, .chunk = 65536, .hold_ms = 30000};
+                            .timeout_s = 30, .chunk = 65536};
     int have_proxy = 0, have_secret = 0;
     signal(SIGPIPE, SIG_IGN);
     for (int i = 1; i < argc; i++) {
@@ -310,6 +415,8 @@ int main(int argc, char **argv) {
             if (secret_parse(NULL, v, &s, err, sizeof err))
                 usage();
             memcpy(o.key, s.key, 16);
+            if (s.kind == SECRET_EE)
+                snprintf(o.sni, sizeof o.sni, "%s", s.domain);
             have_secret = 1;
         } else if (!strcmp(a, "--tag")) {
             o.tag = !strcmp(v, "ef") ? OBFS2_TAG_ABRIDGED
@@ -327,6 +434,10 @@ int main(int argc, char **argv) {
             o.download = strtoull(v, NULL, 10);
         } else if (!strcmp(a, "--chunk")) {
             o.chunk = (uint32_t)atoi(v);
+        } else if (!strcmp(a, "--part")) {
+            o.part = (uint32_t)atoi(v);
+        } else if (!strcmp(a, "--window")) {
+            o.window = atoi(v);
         } else if (!strcmp(a, "--gap-ms")) {
             o.gap_ms = atoi(v);
         } else if (!strcmp(a, "--stall-bytes")) {
@@ -350,7 +461,7 @@ int main(int argc, char **argv) {
     readers_left = o.clients - (o.stall < o.clients ? o.stall : o.clients);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_attr_setstacksize(&attr, 128 * 1024);
     int64_t t0 = tn_now_ms();
     for (int i = 0; i < o.clients; i++) {
         cs[i] = (struct client){.o = &o, .idx = i, .fd = -1};
@@ -372,8 +483,14 @@ int main(int argc, char **argv) {
         }
     }
     qsort(rates, (size_t)nrate, sizeof *rates, cmp_double);
-    out("SUMMARY ok=%d fail=%d bytes=%llu secs=%.3f mibps=%.2f min_mibps=%.2f med_mibps=%.2f", ok,
-        o.clients - ok, (unsigned long long)bytes, secs, (double)bytes / secs / 1048576.0,
-        nrate ? rates[0] : 0.0, nrate ? rates[nrate / 2] : 0.0);
+    double rtt_sum = 0, rtt_max = 0;
+    for (int i = 0; i < o.clients; i++) {
+        rtt_sum += cs[i].rtt_sum;
+        rtt_max = cs[i].rtt_max > rtt_max ? cs[i].rtt_max : rtt_max;
+    }
+    out("SUMMARY ok=%d fail=%d bytes=%llu secs=%.3f mibps=%.2f min_mibps=%.2f med_mibps=%.2f "
+        "rtt_avg_us=%.1f rtt_max_us=%.1f", ok, o.clients - ok, (unsigned long long)bytes, secs,
+        (double)bytes / secs / 1048576.0, nrate ? rates[0] : 0.0, nrate ? rates[nrate / 2] : 0.0,
+        o.echo ? rtt_sum / ((double)o.clients * o.echo) * 1e6 : 0.0, rtt_max * 1e6);
     return ok == o.clients ? 0 : 1;
 }
