@@ -423,6 +423,9 @@ static void link_fail(struct me_link *l, const char *why)
         STAT_INC(&pw->stats.me_link_drops);
         log_warn("%s: link lost (%s), closing its %d client%s", name, why, l->nclients,
                  l->nclients == 1 ? "" : "s");
+    } else if (l->state == ML_NONCE) {
+        STAT_INC(&pw->stats.me_connect_fails);
+        log_warn("%s: no nonce from the ME (%s): is proxy-secret-file current?", name, why);
     } else {
         STAT_INC(&pw->stats.me_connect_fails);
         log_info("%s: %s", name, why);
@@ -1260,6 +1263,7 @@ void middle_detach(struct conn *c)
     struct me_link *l = mc->link;
     struct middle *m = l->m;
     c->mc = NULL;
+    ev_clear_pending(loop_of(m), &c->cli.io); /* a read fed by out_done */
     if (mc->conn_id) {
         hash_remove(m, mc);
         if (l->state == ML_READY) { /* the ME forgets it too */
