@@ -333,7 +333,7 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     log_info("stats: closed:%s", line);
     log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
              pool[1], pool[2], pool[3]);
-    if (pws[0].middle)
+    if (pws[0].opt->middle)
         log_info("stats: me handshakes %llu handshake_fails %llu connect_fails %llu "
                  "link_drops %llu dead_closed %llu slow_closed %llu link_pauses %llu requests "
                  "%llu answers %llu acks %llu pings %llu unknown %llu",

@@ -26,6 +26,7 @@ struct me_table {
     int naddrs;
     struct me_addr {
         int16_t dc;
+        int16_t uniq; /* the first entry with this address (links are per address) */
         struct sock_addr addr;
     } addrs[RPC_CONFIG_MAX];
 };

@@ -1219,11 +1219,15 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 /* --- accept ---------------------------------------------------------------------------- */
 
 /* Allocates the cipher contexts this connection needs that its slot lacks (fast mode needs
- * only the two upload-direction streams). */
+ * only the two upload-direction streams, middle mode only the client's two). */
 static int conn_ciphers(struct conn *c)
 {
     struct crypto_ctr **s[4] = {&c->cli_dec, &c->dc_enc, &c->cli_enc, &c->dc_dec};
-    for (int i = 0; i < (c->fast ? 2 : 4); i++)
+    if (c->pw->middle) { /* middle mode: the client's two streams only (CBC is per link) */
+        s[1] = &c->cli_enc;
+        s[2] = s[3] = NULL;
+    }
+    for (int i = 0; i < 4 && s[i] && (i < 2 || !c->fast); i++)
         if (!*s[i] && !(*s[i] = crypto_ctr_new()))
             return -1;
     return 0;

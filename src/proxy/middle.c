@@ -66,6 +66,7 @@ struct me_link {
     size_t undelivered;      /* bytes its clients hold queued toward their sockets */
     struct mclient *clients;
     int nclients;
+    uint64_t last_unknown;   /* the last conn id we told the ME we no longer know */
     struct rpc_nonce nonce;  /* ours */
     uint8_t pid[RPC_PID_LEN];
     struct rpc_endpoint clt, srv;
@@ -168,6 +169,13 @@ struct me_table *middle_table_load(const struct options *o, char *err, size_t er
             a->addr.u.in4.sin_port = htons(rc->e[i].port);
             a->addr.len = sizeof a->addr.u.in4;
         }
+        a->uniq = (int16_t)(t->naddrs - 1);
+        for (int k = 0; k < t->naddrs - 1; k++)
+            if (t->addrs[k].addr.len == a->addr.len &&
+                !memcmp(&t->addrs[k].addr.u, &a->addr.u, a->addr.len)) {
+                a->uniq = (int16_t)k;
+                break;
+            }
     }
     t->default_dc = rc->default_dc ? rc->default_dc : t->addrs[0].dc;
     atomic_store(&t->refs, 1);
@@ -248,6 +256,7 @@ static void link_rewatch(struct me_link *l)
 }
 
 static void client_watch(struct mclient *mc);
+static int client_packets(struct mclient *mc);
 
 /* A request of a client left the link: it may be read again. */
 static void out_done(struct me_link *l, struct me_out *o)
@@ -260,8 +269,11 @@ static void out_done(struct me_link *l, struct me_out *o)
     size_t was = mc->pending_up;
     mc->pending_up -= o->len < mc->pending_up ? o->len : mc->pending_up;
     if (was >= l->m->pw->opt->me_request_buffer &&
-        mc->pending_up < l->m->pw->opt->me_request_buffer)
+        mc->pending_up < l->m->pw->opt->me_request_buffer) {
         client_watch(mc);
+        if (mc->inlen) /* whole packets it held back: sent from its own callback */
+            ev_feed_event(loop_of(l->m), &mc->c->cli.io, EV_READ);
+    }
 }
 
 /* Writes what is queued. Never fails the link itself (callers may be deep in a client's
@@ -411,6 +423,9 @@ static void link_fail(struct me_link *l, const char *why)
         STAT_INC(&pw->stats.me_link_drops);
         log_warn("%s: link lost (%s), closing its %d client%s", name, why, l->nclients,
                  l->nclients == 1 ? "" : "s");
+    } else if (l->state == ML_NONCE) {
+        STAT_INC(&pw->stats.me_connect_fails);
+        log_warn("%s: no nonce from the ME (%s): is proxy-secret-file current?", name, why);
     } else {
         STAT_INC(&pw->stats.me_connect_fails);
         log_info("%s: %s", name, why);
@@ -593,6 +608,8 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
     link_timer(l, ME_PING_INTERVAL);
     for (struct mclient *mc = l->clients, *next; mc; mc = next) {
         next = mc->lnext;
+        if (mc->inlen && client_packets(mc)) /* bytes that came with its header */
+            continue;
         client_watch(mc);
     }
     return 0;
@@ -712,7 +729,8 @@ static int link_message(struct me_link *l, const struct rpc_frame *f)
         if (!mc || mc->link != l) {
             /* a client we no longer know: tell the ME once per answer */
             STAT_INC(&pw->stats.me_unknown);
-            if (msg.type == RPC_PROXY_ANS) {
+            if (msg.type == RPC_PROXY_ANS && msg.conn_id != l->last_unknown) {
+                l->last_unknown = msg.conn_id; /* once per run of late answers */
                 uint8_t cl[12];
                 rpc_msg_u64(cl, RPC_CLOSE_CONN, msg.conn_id);
                 link_send(l, 0, cl, sizeof cl, NULL, 0);
@@ -948,7 +966,7 @@ static int link_add(struct middle *m, struct me_table *t, int i)
 static int links_add(struct middle *m, struct me_table *t)
 {
     for (int i = 0; i < t->naddrs; i++)
-        for (int k = 0; k < m->pw->opt->me_pool; k++)
+        for (int k = 0; k < m->pw->opt->me_pool && t->addrs[i].uniq == i; k++)
             if (link_add(m, t, i))
                 return -1;
     return 0;
@@ -1066,12 +1084,17 @@ static struct me_link *link_pick(struct middle *m, int dc)
     struct me_link *best = NULL, *any = NULL;
     unsigned seen = 0, pick = m->rr++;
     for (struct me_link *l = m->links; l; l = l->next) {
-        if (l->draining || l->t != t || t->addrs[l->addr].dc != want)
+        int serves = 0; /* one of want's lines names this link's address */
+        for (int i = 0; i < t->naddrs && !serves && l->t == t; i++)
+            serves = t->addrs[i].dc == want && t->addrs[i].uniq == l->addr;
+        if (l->draining || !serves)
             continue;
         if (!any || (pick % (seen + 1)) == 0)
             any = l;
         if (l->state == ML_READY && (!best || l->nclients < best->nclients))
             best = l;
+        if (l->state != ML_WAIT && any && any->state == ML_WAIT)
+            any = l; /* connecting beats waiting out a back-off */
         seen++;
     }
     return best ? best : any;
@@ -1093,20 +1116,22 @@ static void addr_of(const struct sockaddr_storage *ss, struct rpc_addr *a)
     }
 }
 
-/* Sends every whole packet in mc->in as an RPC_PROXY_REQ. Returns 0, or -1 if c was closed. */
-static int client_packets(struct mclient *mc)
+/* Sends whole packets from p[0..n) as RPC_PROXY_REQ while the client's requests fit;
+ * *used = bytes consumed. Returns 0, or -1 if c was closed. */
+static int client_send(struct mclient *mc, const uint8_t *p, size_t n, size_t *used)
 {
     struct conn *c = mc->c;
     struct proxy_worker *pw = c->pw;
     size_t off = 0;
-    while (off < mc->inlen && mc->pending_up < pw->opt->me_request_buffer) {
+    *used = 0;
+    while (off < n && mc->pending_up < pw->opt->me_request_buffer) {
         struct frame f;
-        enum frame_status st = frame_parse(c->tag, mc->in + off, mc->inlen - off, &f, NULL);
+        enum frame_status st = frame_parse(c->tag, p + off, n - off, &f, NULL);
         if (st == FRAME_NEED_MORE)
             break;
         if (st == FRAME_BAD)
             return conn_close(c, CR_CLIENT_PROTOCOL);
-        const uint8_t *pkt = mc->in + off + f.hdr_len;
+        const uint8_t *pkt = p + off + f.hdr_len;
         uint32_t flags = mc->flags | (f.quickack ? RPC_FLAG_QUICKACK : 0);
         static const uint8_t zero[8];
         if (f.len >= 8 && !memcmp(pkt, zero, 8))
@@ -1119,15 +1144,7 @@ static int client_packets(struct mclient *mc)
         STAT_INC(&pw->stats.me_requests);
         off += f.total;
     }
-    if (off) {
-        memmove(mc->in, mc->in + off, mc->inlen - off);
-        mc->inlen -= off;
-    }
-    if (mc->inlen == 0 && mc->incap > 2 * ME_READ_CHUNK) { /* an idle client holds little */
-        free(mc->in);
-        mc->in = NULL;
-        mc->incap = 0;
-    }
+    *used = off;
     return 0;
 }
 
@@ -1149,6 +1166,35 @@ static int client_append(struct mclient *mc, const uint8_t *p, size_t n)
     memcpy(mc->in + mc->inlen, p, n);
     mc->inlen += n;
     return 0;
+}
+
+/* Sends what mc->in holds; an emptied buffer is freed (an idle client holds none). Returns 0,
+ * or -1 if c was closed. */
+static int client_packets(struct mclient *mc)
+{
+    size_t used;
+    if (client_send(mc, mc->in, mc->inlen, &used))
+        return -1;
+    memmove(mc->in, mc->in + used, mc->inlen - used);
+    mc->inlen -= used;
+    if (!mc->inlen) {
+        free(mc->in);
+        mc->in = NULL;
+        mc->incap = 0;
+    }
+    return 0;
+}
+
+/* New client bytes p[0..n): packets straight from p when nothing is held (no copy), the rest
+ * kept. Returns 0, or -1 if c was closed. */
+static int client_feed(struct mclient *mc, const uint8_t *p, size_t n)
+{
+    size_t used = 0;
+    if (!mc->inlen && mc->link->state == ML_READY && client_send(mc, p, n, &used))
+        return -1;
+    if (used < n && client_append(mc, p + used, n - used))
+        return conn_close(mc->c, CR_CLIENT_PROTOCOL);
+    return mc->inlen && mc->link->state == ML_READY ? client_packets(mc) : 0;
 }
 
 void middle_attach(struct conn *c, uint8_t *extra, size_t n)
@@ -1205,13 +1251,9 @@ void middle_attach(struct conn *c, uint8_t *extra, size_t n)
         crypto_ctr_apply(c->cli_dec, extra, extra, n);
         c->up_bytes += n;
         STAT_ADD(&pw->stats.bytes_up, n);
-        if (client_append(mc, extra, n)) {
-            conn_close(c, CR_NO_MEMORY);
+        if (client_feed(mc, extra, n))
             return;
-        }
     }
-    if (l->state == ML_READY && client_packets(mc))
-        return;
     client_watch(mc);
 }
 
@@ -1221,6 +1263,7 @@ void middle_detach(struct conn *c)
     struct me_link *l = mc->link;
     struct middle *m = l->m;
     c->mc = NULL;
+    ev_clear_pending(loop_of(m), &c->cli.io); /* a read fed by out_done */
     if (mc->conn_id) {
         hash_remove(m, mc);
         if (l->state == ML_READY) { /* the ME forgets it too */
@@ -1292,16 +1335,12 @@ void middle_client_event(struct conn *c, int revents)
             c->up_bytes += k;
             STAT_ADD(&pw->stats.bytes_up, k);
             c->last_io = ev_now(pw->w->loop);
-            if (client_append(mc, m->rd, k)) {
-                conn_close(c, CR_CLIENT_PROTOCOL);
-                return;
-            }
-            if (client_packets(mc))
+            if (client_feed(mc, m->rd, k))
                 return;
             if ((size_t)n < sizeof m->rd)
                 break;
         }
-        if (mc->link->state == ML_READY && client_packets(mc))
+        if (mc->inlen && mc->link->state == ML_READY && client_packets(mc))
             return;
     }
     client_watch(mc);

@@ -523,7 +523,7 @@ const struct config_option options_table[] = {
      .max = 64, .arg = "N", .help = "Middle-proxy mode: links per ME address per worker; "
      "clients are spread over them."},
     {.name = "me-client-buffer", .type = CFG_SIZE, .offset = OFF(me_client_buffer),
-     .def = "1M", .min = 16384, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
+     .def = "4M", .min = 16384, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
      "mode: most bytes queued toward one client. A link carries no per-client window, so it "
      "is never paused for one slow client: past this that client alone is closed (counted "
      "as slow)."},
@@ -769,7 +769,7 @@ int options_validate(struct config_parser *p, struct options *o)
     for (int i = 0; i < o->nlimits; i++)
         if (options_find_secret(o, o->limits[i].name) < 0)
             ERR("limit %s: no secret has that name", o->limits[i].name);
-    if (!o->dc_builtin) {
+    if (!o->dc_builtin && !o->middle) { /* middle mode dials MEs, never DCs */
         int found = 0;
         for (int i = 0; i < o->ndcs; i++)
             found |= o->dcs[i].id == o->default_dc;
