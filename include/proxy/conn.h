@@ -20,6 +20,7 @@
 #include "proxy/options.h"
 #include "proxy/rstore.h"
 #include "proxy/socks.h"
+#include "proxy/tlslearn.h"
 
 /*
  * States:
@@ -62,6 +63,7 @@ enum conn_reason {
     CR_MASK_UNREACHABLE,  /* the fronting target could not be reached */
     CR_SHUTDOWN,          /* proxy stopping */
     CR_REFUSED,           /* access list or PROXY header: refused before any byte of ours */
+    CR_UNKNOWN_SNI,       /* unknown-sni drop/reject: a hello naming none of our domains */
     CR_COUNT
 };
 
@@ -132,6 +134,9 @@ struct conn {
                                 * is an operator's business, never rate-limited */
     uint8_t stranger;          /* counted in the worker's strangers (until authed or closed) */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
+    ev_tstamp rs_start, rs_last; /* record-sizing: this small phase began / last record */
+    uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
+    uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
 };
 
@@ -163,6 +168,7 @@ struct proxy_stats {
                                         * replay-store-fail applied */
     stat_t strangers_refused; /* closed at once: probe-limit-per-ip reached */
     stat_t hello_budget;     /* hellos dropped: the workers' hello buffers were full */
+    stat_t unknown_sni;      /* hellos naming none of our domains, dropped or refused */
     stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
     stat_t closed[CR_COUNT];
@@ -181,6 +187,8 @@ struct proxy_worker {
     const struct dc_table *dcs;
     const struct mask_table *masks;
     struct replay *replay;             /* shared by all workers; NULL = off */
+    struct tlslearn *learn;            /* the site's TLS profile (shared; worker 0 learns) */
+    uint64_t rng;                      /* xorshift state for record-size noise */
     struct rstore rstore;              /* this worker's link to the fleet's replay store */
     const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
     int tls_enabled;                   /* allow-ee and at least one ee secret */
