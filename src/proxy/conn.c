@@ -142,6 +142,13 @@ static void on_loglim_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* --- close ----------------------------------------------------------------------------- */
 
+/* rst-on-close: the coming close(2) of fd sends a TCP reset instead of a FIN (SO_LINGER 0). */
+static void reset_on_close(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+}
+
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
  * afterwards; every path that may close returns -1 up to the callback. */
 int conn_close(struct conn *c, enum conn_reason r)
@@ -166,8 +173,7 @@ int conn_close(struct conn *c, enum conn_reason r)
     int rst = pw->opt->rst_on_close;
     if (c->cli.fd >= 0 && (rst == RST_ALWAYS || (rst == RST_PROBES && !c->authed))) {
         /* a reset instead of a FIN, as servers behind some balancers do */
-        struct linger lg = {.l_onoff = 1, .l_linger = 0};
-        setsockopt(c->cli.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        reset_on_close(c->cli.fd);
     }
     stranger_done(c);
     reserve_release(c);
@@ -764,7 +770,7 @@ static void tls_hello_check(struct conn *c)
         return;
     }
     const char *sni = h.nsni ? h.sni[0] : NULL;
-    if (o->unknown_sni != SNI_MASK && !hello_names_ours(o, &h)) {
+    if (o->unknown_sni != SNI_MASK && o->tls_sni_check && !hello_names_ours(o, &h)) {
         unknown_sni(c, sni);
         return;
     }
@@ -1157,6 +1163,8 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     if (refused) {
         if (pw->opt->proxy_protocol)
             STAT_INC(&pw->stats.pp_untrusted);
+        if (pw->opt->rst_on_close != RST_OFF)
+            reset_on_close(fd);
         close(fd);
         worker_reserve_release(w);
         return;
@@ -1214,6 +1222,11 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     unsigned first = pw->opt->probe_wait_ms < pw->opt->handshake_timeout_ms
                          ? pw->opt->probe_wait_ms
                          : pw->opt->handshake_timeout_ms;
+    /* With nowhere to front to, a silent connection is closed when the site would close it
+     * (hold() then closes at once), if that comes first. */
+    const struct tlsprofile *prof = pw->learn ? tlslearn_current(pw->learn) : NULL;
+    if (prof && prof->idle_close_ms && !pw->masks->enabled && prof->idle_close_ms < first)
+        first = prof->idle_close_ms;
     timer_arm(c, first / 1000.0);
     conn_check_accept(pw);
 }

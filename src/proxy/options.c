@@ -272,8 +272,8 @@ const struct config_option options_table[] = {
      "bytes around what the site sent (on top of the spread its own handshakes showed)."},
     {.name = "unknown-sni", .type = CFG_ENUM, .offset = OFF(unknown_sni), .def = "mask",
      .names = sni_policies, .arg = "mask|drop|reject", .help = "A TLS ClientHello naming none "
-     "of our ee domains: mask = fronted to the site; drop = closed; reject = a fatal TLS "
-     "unrecognized_name alert (15 03 03 00 02 02 70), then closed."},
+     "of our ee domains (with tls-sni-check on): mask = fronted to the site; drop = closed; "
+     "reject = a fatal TLS unrecognized_name alert (15 03 03 00 02 02 70), then closed."},
     {.name = "replay-cache", .type = CFG_SIZE, .offset = OFF(replay_cache), .def = "4M",
      .max = 1LL << 32, .arg = "BYTES", .help = "Memory for the replay cache shared by all "
      "workers: FakeTLS hellos are remembered for twice tls-time-skew, plain and dd headers "
