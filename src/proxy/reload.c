@@ -161,7 +161,7 @@ static const char *const restart_keys[] = {
     "backlog", "buffers", "replay-cache", "replay-store", "replay-store-fail",
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
-    "ad-tag",
+    "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own
