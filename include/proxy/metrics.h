@@ -17,6 +17,8 @@
 #define METRICS_MAX_HEADERS 32
 #define METRICS_READ_TIMEOUT 5.0 /* seconds for the whole request head (not per byte) */
 #define METRICS_WRITE_TIMEOUT 30.0
+#define METRICS_LINGER_TIMEOUT 2.0 /* after the answer, reading what the client still sends */
+#define METRICS_LINGER_MAX (64u << 10)
 #define METRICS_BODY_MAX (256u << 20) /* a larger page is refused (503) */
 
 struct metrics_worker;
@@ -50,7 +52,7 @@ struct metrics_conn {
     ev_io io;
     ev_timer timer;
     ev_tstamp born;
-    int writing;
+    enum { MC_READ = 0, MC_WRITE, MC_LINGER } state;
     size_t len;             /* request bytes in req */
     uint8_t req[METRICS_REQ_MAX];
     struct sbuf out;        /* the response */

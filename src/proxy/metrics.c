@@ -200,6 +200,8 @@ static void emit_users(const struct metrics_shared *ms, struct emit *e)
         for (int r = 0; r < UR_COUNT; r++)
             u64(e, "user_limit_refusals_total", "user", o->secrets[i].name, "reason",
                 users_refusal_name(r), t[i].refused[r]);
+    family(e, "user_quota_remaining_bytes", "gauge",
+           "Bytes left of each user's quota (users with a quota only).");
     family(e, "user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.");
     for (int i = 0; i < n; i++)
         u64(e, "user_quota_used_bytes", "user", o->secrets[i].name, NULL, NULL,
@@ -450,22 +452,70 @@ static void mconn_close(struct metrics_conn *m)
     sbuf_free(&m->out);
 }
 
-/* Writes what is left of the response; closes when done or on error. */
+/* What a send/recv result means: IO_MOVED bytes moved, IO_AGAIN retry at once (EINTR),
+ * IO_WAIT wait for the socket, IO_END end of stream or error. */
+enum io_step { IO_MOVED, IO_AGAIN, IO_WAIT, IO_END };
+
+static enum io_step io_step(ssize_t n)
+{
+    if (n > 0)
+        return IO_MOVED;
+    if (n < 0 && errno == EINTR)
+        return IO_AGAIN;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return IO_WAIT;
+    return IO_END;
+}
+
+/* (Re)arms m's watcher for events and its deadline. */
+static void mconn_watch(struct metrics_conn *m, int events, double timeout)
+{
+    struct ev_loop *loop = m->mw->w->loop;
+    ev_io_stop(loop, &m->io);
+    ev_io_set(&m->io, m->fd, events);
+    ev_io_start(loop, &m->io);
+    ev_timer_stop(loop, &m->timer);
+    ev_timer_set(&m->timer, timeout, 0);
+    ev_timer_start(loop, &m->timer);
+}
+
+/* Writes what is left of the response. Once all is written: FIN, then a lingering close
+ * (bytes the client pipelined are read and dropped for a moment, so that closing with them
+ * unread does not reset the connection before the client read the answer). */
 static void mconn_write(struct metrics_conn *m)
 {
     while (m->off < m->out.len) {
         ssize_t n = send(m->fd, m->out.p + m->off, m->out.len - m->off, MSG_NOSIGNAL);
-        if (n > 0) {
-            m->off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        enum io_step st = io_step(n);
+        if (st == IO_WAIT)
             return;
-        if (n < 0 && errno == EINTR)
-            continue;
-        break;
+        if (st == IO_END) {
+            mconn_close(m);
+            return;
+        }
+        if (st == IO_MOVED)
+            m->off += (size_t)n;
     }
-    mconn_close(m);
+    shutdown(m->fd, SHUT_WR);
+    sbuf_free(&m->out);
+    m->state = MC_LINGER;
+    m->len = 0;
+    mconn_watch(m, EV_READ, METRICS_LINGER_TIMEOUT);
+}
+
+/* Lingering close: drops what the client still sends until its EOF, a cap or the timer. */
+static void mconn_linger(struct metrics_conn *m)
+{
+    for (;;) {
+        ssize_t n = recv(m->fd, m->req, sizeof m->req, 0);
+        enum io_step st = io_step(n);
+        if (st == IO_WAIT)
+            return;
+        if (st == IO_END || (st == IO_MOVED && (m->len += (size_t)n) >= METRICS_LINGER_MAX)) {
+            mconn_close(m);
+            return;
+        }
+    }
 }
 
 static const char *status_text(int code)
@@ -493,7 +543,7 @@ static void respond(struct metrics_conn *m, int code, const char *type, const ch
                 "Connection: close\r\nCache-Control: no-store\r\n"
                 "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n"
                 "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
-                "style-src 'unsafe-inline'; img-src 'self'; connect-src 'self'; "
+                "style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n%s\r\n",
                 code, status_text(code), type, len,
                 code == 401 ? "WWW-Authenticate: Bearer realm=\"mtproxy\"\r\n" : "");
@@ -566,20 +616,17 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
 
 static void mconn_read(struct metrics_conn *m)
 {
-    for (;;) {
-        if (m->len == sizeof m->req)
-            break;
+    while (m->len < sizeof m->req) {
         ssize_t n = recv(m->fd, m->req + m->len, sizeof m->req - m->len, 0);
-        if (n > 0) {
-            m->len += (size_t)n;
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        enum io_step st = io_step(n);
+        if (st == IO_WAIT)
             break;
-        if (n < 0 && errno == EINTR)
-            continue;
-        mconn_close(m); /* EOF or error before a whole request */
-        return;
+        if (st == IO_END) {
+            mconn_close(m); /* EOF or error before a whole request */
+            return;
+        }
+        if (st == IO_MOVED)
+            m->len += (size_t)n;
     }
     struct http_request rq;
     enum http_status st =
@@ -595,25 +642,20 @@ static void mconn_read(struct metrics_conn *m)
         serve(m, &rq);
     }
     STAT_INC(&m->mw->stats.requests);
-    /* One request per connection: anything pipelined after it is never read. */
-    shutdown(m->fd, SHUT_RD);
-    m->writing = 1;
+    /* One request per connection: anything pipelined after it is never served. */
+    m->state = MC_WRITE;
     m->off = 0;
-    struct ev_loop *loop = m->mw->w->loop;
-    ev_io_stop(loop, &m->io);
-    ev_io_set(&m->io, m->fd, EV_WRITE);
-    ev_io_start(loop, &m->io);
-    ev_timer_stop(loop, &m->timer);
-    ev_timer_set(&m->timer, METRICS_WRITE_TIMEOUT, 0);
-    ev_timer_start(loop, &m->timer);
+    mconn_watch(m, EV_WRITE, METRICS_WRITE_TIMEOUT);
     mconn_write(m);
 }
 
 static void on_mconn_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct metrics_conn *m = io->data;
-    if (m->writing)
+    if (m->state == MC_WRITE)
         mconn_write(m);
+    else if (m->state == MC_LINGER)
+        mconn_linger(m);
     else
         mconn_read(m);
 }
@@ -621,7 +663,8 @@ static void on_mconn_io(struct ev_loop *loop, ev_io *io, int revents)
 static void on_mconn_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct metrics_conn *m = t->data;
-    STAT_INC(&m->mw->stats.timeouts);
+    if (m->state != MC_LINGER)
+        STAT_INC(&m->mw->stats.timeouts);
     mconn_close(m);
 }
 
@@ -634,11 +677,12 @@ static struct metrics_conn *slot_get(struct metrics_worker *mw)
         struct metrics_conn *m = &mw->conns[i];
         if (m->fd < 0)
             return m;
-        if (!m->writing && (!oldest || m->born < oldest->born))
+        if (m->state != MC_WRITE && (!oldest || m->born < oldest->born))
             oldest = m;
     }
     if (oldest) {
-        STAT_INC(&mw->stats.evicted);
+        if (oldest->state == MC_READ)
+            STAT_INC(&mw->stats.evicted);
         mconn_close(oldest);
     }
     return oldest;
@@ -660,7 +704,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         m->fd = fd;
         m->len = 0;
         m->off = 0;
-        m->writing = 0;
+        m->state = MC_READ;
         m->born = ev_now(loop);
         memset(&m->out, 0, sizeof m->out);
         ev_io_set(&m->io, fd, EV_READ);

@@ -81,13 +81,14 @@ static void check_clock(struct doc *d, const struct options *o)
     const char *fix = "set the clock and keep it synchronised (systemd-timesyncd, chrony or "
                       "ntpd; on OpenWrt: System > System > Time Synchronization)";
     if (MTPROXY_BUILD_EPOCH && now < (time_t)MTPROXY_BUILD_EPOCH - 86400) {
-        char t[32];
+        char t[32], c[32];
         time_t b = (time_t)MTPROXY_BUILD_EPOCH;
-        strftime(t, sizeof t, "%Y-%m-%d", gmtime(&b));
+        struct tm tm;
+        strftime(t, sizeof t, "%Y-%m-%d", gmtime_r(&b, &tm));
+        strftime(c, sizeof c, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
         say(d, o->tls_ignore_time ? "WARN" : "FAIL", "clock", fix,
-            "the clock says %lld, before this build was made (%s): a FakeTLS proxy whose "
-            "clock is off by more than tls-time-skew refuses every client",
-            (long long)now, t);
+            "the clock says %s, before this build was made (%s): a FakeTLS proxy whose "
+            "clock is off by more than tls-time-skew refuses every client", c, t);
         return;
     }
     struct timex tx;
@@ -116,8 +117,9 @@ static void check_fds(struct doc *d, const struct options *o)
                              (o->metrics_on ? METRICS_FDS_PER_WORKER : 0)) + 32;
     long long need = 2LL * o->max_connections + reserve;
     if (rl.rlim_max == RLIM_INFINITY || (long long)rl.rlim_max >= need) {
-        say(d, "OK", "file limit", NULL, "hard limit %s fits max-connections %d (%lld needed)",
-            rl.rlim_max == RLIM_INFINITY ? "unlimited" : "", o->max_connections, need);
+        say(d, "OK", "file limit", NULL,
+            "hard limit %llu fits max-connections %d (%lld descriptors needed)",
+            (unsigned long long)rl.rlim_max, o->max_connections, need);
         return;
     }
     long long fit = ((long long)rl.rlim_max - reserve) / 2;
