@@ -7,7 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -23,7 +29,9 @@
 #include "proxy/fronting.h"
 #include "proxy/metrics.h"
 #include "proxy/options.h"
+#include "proxy/reload.h"
 #include "proxy/tools.h"
+#include "proxy/users.h"
 
 #define EXIT_CONFIG 2
 
@@ -279,6 +287,9 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
              (unsigned long long)s.writes, (unsigned long long)s.spliced,
              (unsigned long long)s.pipe_full, (unsigned long long)s.block_waits, fd_limit, pauses);
+    log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu",
+             (unsigned long long)s.user_refused, (unsigned long long)s.acc_rate,
+             (unsigned long long)s.handshake_cap);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu",
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
@@ -301,6 +312,255 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              pool[1], pool[2], pool[3]);
     if (n && pws[0].users)
         log_user_stats(pws[0].users);
+}
+
+/* 1 if path's directory exists; if w, also that user (pw; NULL: this process) may create
+ * files in it. Checked in a child that takes the user's identity. */
+static int dir_ok(const char *path, const struct passwd *pw, int *missing)
+{
+    char dir[OPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    struct stat st;
+    *missing = stat(dir, &st) != 0 || !S_ISDIR(st.st_mode);
+    if (*missing)
+        return 0;
+    if (!pw || geteuid() != 0 || pw->pw_uid == 0)
+        return access(dir, W_OK | X_OK) == 0;
+    pid_t child = fork();
+    if (child == 0) {
+        if (setgroups(0, NULL) || setgid(pw->pw_gid) || setuid(pw->pw_uid))
+            _exit(2);
+        _exit(access(dir, W_OK | X_OK) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) < 0)
+        return 1; /* cannot tell: start-up will say */
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+#define CHECK_ERR(e, ...)                                                                      \
+    do {                                                                                       \
+        if ((e)->count < CONFIG_MAX_ERRORS)                                                    \
+            snprintf((e)->msg[(e)->count], CONFIG_ERR_LEN, __VA_ARGS__);                       \
+        (e)->count++;                                                                          \
+    } while (0)
+
+static void check_file_dir(const char *key, const char *path, const struct passwd *pw,
+                           const char *who, struct config_errors *e)
+{
+    int missing = 0;
+    if (dir_ok(path, pw, &missing))
+        return;
+    if (missing)
+        CHECK_ERR(e, "%s %s: its directory does not exist", key, path);
+    else
+        CHECK_ERR(e, "%s %s: its directory is not writable by %s", key, path, who);
+}
+
+/* Binds each listen address once without SO_REUSEPORT (which would let a second mtproxy share
+ * the port and split the clients between two sets of secrets): in use, not an address of
+ * this machine, or a privileged port are found before anything is written. */
+static void check_listen(const struct options *o, int check_only, struct config_errors *e)
+{
+    for (int i = 0; i < o->nlisten; i++) {
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(&o->listen[i], a, sizeof a);
+        for (int j = 0; j < i; j++)
+            if (o->listen[j].len == o->listen[i].len &&
+                !memcmp(&o->listen[j].u, &o->listen[i].u, o->listen[i].len))
+                CHECK_ERR(e, "listen %s is given twice", a);
+        int fd = socket(o->listen[i].u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (o->listen[i].u.sa.sa_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        int rc = bind(fd, &o->listen[i].u.sa, o->listen[i].len) == 0 ? listen(fd, 1) : -1;
+        int err = errno;
+        close(fd);
+        if (rc == 0)
+            continue;
+        if (err == EADDRINUSE && check_only)
+            fprintf(stderr, "mtproxy: warning: listen %s is in use now: start-up fails unless "
+                            "that is this proxy, running\n", a);
+        else if (err == EADDRINUSE)
+            CHECK_ERR(e, "listen %s: the address is in use (another mtproxy or another server "
+                         "listens there)", a);
+        else if (err == EADDRNOTAVAIL)
+            CHECK_ERR(e, "listen %s: not an address of this machine", a);
+        else if (err == EACCES)
+            CHECK_ERR(e, "listen %s: ports below 1024 need root or the CAP_NET_BIND_SERVICE "
+                         "capability (setcap cap_net_bind_service=+ep on the binary, or "
+                         "AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)", a);
+        else
+            CHECK_ERR(e, "listen %s: %s", a, strerror(err));
+    }
+}
+
+/* Everything that start-up would fail on after the config parsed: checked before anything
+ * is written (and by --check-config). */
+static void startup_checks(const struct options *o, int check_only, struct config_errors *e)
+{
+    struct passwd *pw = NULL;
+    if (o->user[0]) {
+        pw = getpwnam(o->user);
+        if (!pw)
+            CHECK_ERR(e, "user '%s' does not exist", o->user);
+        else if (geteuid() != 0 && geteuid() != pw->pw_uid)
+            CHECK_ERR(e, "user = %s: only root can switch to another user", o->user);
+    }
+    /* Files written before privileges are dropped (log, pidfile, a generated secret) need
+     * this process's rights; the quota is saved after, as the user: with a quota limit the
+     * state file's directory must be the user's. */
+    int quota = 0;
+    for (int i = 0; i < o->nlimits; i++)
+        quota |= o->limits[i].quota != 0;
+    check_file_dir("state-file", o->state_file, quota ? pw : NULL,
+                   quota && pw ? o->user : "this user", e);
+    if (strcmp(o->log, "stderr") && strcmp(o->log, "syslog"))
+        check_file_dir("log", o->log, NULL, "this user", e);
+    if (o->pidfile[0])
+        check_file_dir("pidfile", o->pidfile, NULL, "this user", e);
+    check_listen(o, check_only, e);
+    char path[OPT_PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", o->state_file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            if (check_only)
+                fprintf(stderr, "mtproxy: warning: state file %s is in use by a running "
+                                "mtproxy: start-up fails unless that is this proxy\n",
+                        o->state_file);
+            else
+                CHECK_ERR(e, "another mtproxy is running with state file %.200s: give each "
+                             "instance its own state-file", o->state_file);
+        }
+        close(fd);
+    }
+}
+
+/* Prints every configuration error (stderr) with the count. */
+static void print_errors(const struct config_errors *e)
+{
+    int shown = e->count < CONFIG_MAX_ERRORS ? e->count : CONFIG_MAX_ERRORS;
+    for (int i = 0; i < shown; i++)
+        fprintf(stderr, "%s\n", e->msg[i]);
+    if (e->count > shown)
+        fprintf(stderr, "... and %d more errors\n", e->count - shown);
+    fprintf(stderr, "mtproxy: %d configuration error%s\n", e->count, e->count == 1 ? "" : "s");
+}
+
+static void log_acl(const struct acl *acl)
+{
+    if (acl_active(acl))
+        log_info("access list: %zu allow and %zu deny ranges (%zu bytes)%s",
+                 cidr_set_count(&acl->allow), cidr_set_count(&acl->deny),
+                 cidr_set_memory(&acl->allow) + cidr_set_memory(&acl->deny),
+                 acl->has_allow ? ": only allowed sources are served" : "");
+}
+
+#define STATE_SAVE_SECONDS 5
+
+/* The state file: the generated secret (if the config has none) and the quota each user has
+ * used, rewritten atomically (fs_write_atomic: a crash or a full disk leaves the old file)
+ * when it changed, every STATE_SAVE_SECONDS, on reload and at exit. */
+struct state_saver {
+    struct users *users;
+    char *last; /* what was written last */
+    char *buf;
+    size_t cap;
+};
+
+static void state_save(struct state_saver *sv, const struct gen *g, int final)
+{
+    const struct options *o = &g->opt;
+    char *q = NULL;
+    size_t qcap = 0;
+    if (users_state_format(sv->users, &q, &qcap) < 0) {
+        free(q);
+        return;
+    }
+    if (!q[0] && !g->state_secret) { /* nothing to keep */
+        free(q);
+        return;
+    }
+    if (sv->last && !strcmp(sv->last, q)) {
+        free(q);
+        return;
+    }
+    char err[600];
+    const struct secret *s = g->state_secret && o->nsecrets ? &o->secrets[0] : NULL;
+    if (options_save_state_text(s, q, o->state_file, err, sizeof err)) {
+        log_warn("%s%s", err, final ? "" : " (retried in a few seconds)");
+        free(q);
+        return;
+    }
+    free(sv->last);
+    sv->last = q;
+}
+
+/* Holds an exclusive lock on STATE-FILE.lock for the life of the process: a second mtproxy
+ * on the same state file is refused. Returns the descriptor, or -1 with err. */
+static int state_lock(const char *state_file, char *err, size_t errlen)
+{
+    char path[OPT_PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", state_file);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open lock file %.200s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is locked): "
+                              "give each instance its own state-file", state_file, path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* SIGHUP: builds the new generation; hands it to the workers if it is good (returns it), or
+ * logs every error and keeps the running one (returns NULL). */
+static struct gen *reload(struct reload *rl, struct gen *cur, struct proxy_worker *pws,
+                          int nworkers)
+{
+    static struct config_errors errs;
+    memset(&errs, 0, sizeof errs);
+    struct gen *g = reload_build(rl, cur, &errs);
+    if (!g) {
+        int shown = errs.count < CONFIG_MAX_ERRORS ? errs.count : CONFIG_MAX_ERRORS;
+        for (int i = 0; i < shown; i++)
+            log_error("SIGHUP: %s", errs.msg[i]);
+        log_error("SIGHUP: configuration rejected (%d error%s): the running one is kept",
+                  errs.count, errs.count == 1 ? "" : "s");
+        return NULL;
+    }
+    g->state_secret = cur->state_secret && g->opt.nsecrets == cur->opt.nsecrets;
+    char keys[512];
+    int n = reload_restart_keys(cur, g, keys, sizeof keys);
+    if (n)
+        log_warn("SIGHUP: %s changed: %s only after a restart (the running value stays)", keys,
+                 n == 1 ? "it takes effect" : "they take effect");
+    uint32_t removed = reload_removed_users(cur, g);
+    log_set_level((enum log_level)g->opt.log_level);
+    reload_commit(rl, g);
+    for (int i = 0; i < nworkers; i++)
+        proxy_worker_post_gen(&pws[i], g);
+    log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
+             "closed), %d dc line%s; live connections keep their settings",
+             (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
+             removed, g->opt.ndcs, g->opt.ndcs == 1 ? "" : "s");
+    log_acl(&g->acl);
+    gen_unref(cur);
+    return g;
 }
 
 int main(int argc, char **argv)
@@ -344,67 +604,36 @@ int main(int argc, char **argv)
         }
     }
 
-    static struct options opt;
-    static struct config_parser parser;
-    options_init(&parser, &opt);
-    if (config_path)
-        config_load_file(&parser, config_path);
-    config_load_args(&parser, nrest, rest);
-    free(rest);
-    options_validate(&parser, &opt);
-    /* The access list's files are read here, so --check-config reports their bad lines. */
-    static struct acl acl;
-    acl_build(&acl, &opt, &parser.errors);
-    {
-        char serr[CONFIG_ERR_LEN];
-        if (!parser.errors.count && (options_resolve_socks5(&opt, serr, sizeof serr) ||
-                                     rstore_resolve(&opt.rstore, serr, sizeof serr))) {
-            snprintf(parser.errors.msg[0], CONFIG_ERR_LEN, "%s", serr);
-            parser.errors.count = 1;
+    /* One path builds the configuration, at start and on SIGHUP (proxy/reload.h). */
+    static struct reload rl;
+    reload_init(&rl, NULL, config_path, nrest, rest);
+    static struct config_errors errs;
+    struct gen *g = reload_build(&rl, NULL, &errs);
+    if (doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
+        return tools_doctor(g ? &g->opt : NULL, &errs, offline, stdout) ? 1 : 0;
+    if (links_cmd && g) {
+        if (!g->opt.nsecrets) {
+            fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
+                            "the proxy once, or add secret lines\n", g->opt.state_file);
+            return 1;
         }
+        return tools_links(&g->opt, stdout, qr < 0 ? isatty(STDOUT_FILENO) : qr);
     }
-    if (doctor_cmd || links_cmd) {
-        /* Secrets generated at first start live in the state file: read, never written. */
-        char lerr[CONFIG_ERR_LEN - 8];
-        if (!opt.nsecrets && !parser.errors.count &&
-            options_load_state(&opt, opt.state_file, lerr, sizeof lerr) < 0)
-            snprintf(parser.errors.msg[parser.errors.count++], CONFIG_ERR_LEN, "%s", lerr);
-        if (doctor_cmd)
-            return tools_doctor(&opt, &parser.errors, offline, stdout) ? 1 : 0;
-        if (!parser.errors.count) {
-            if (!opt.nsecrets) {
-                fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: "
-                                "start the proxy once, or add secret lines\n", opt.state_file);
-                return 1;
-            }
-            return tools_links(&opt, stdout, qr < 0 ? isatty(STDOUT_FILENO) : qr);
-        }
-    }
-    if (parser.errors.count) {
-        int shown = parser.errors.count < CONFIG_MAX_ERRORS ? parser.errors.count
-                                                            : CONFIG_MAX_ERRORS;
-        for (int i = 0; i < shown; i++)
-            fprintf(stderr, "%s\n", parser.errors.msg[i]);
-        if (parser.errors.count > shown)
-            fprintf(stderr, "... and %d more errors\n", parser.errors.count - shown);
-        fprintf(stderr, "mtproxy: %d configuration error%s\n", parser.errors.count,
-                parser.errors.count == 1 ? "" : "s");
+    /* Everything start-up would fail on later, checked now (and by --check-config). */
+    if (g)
+        startup_checks(&g->opt, check_only, &errs);
+    if (errs.count) {
+        print_errors(&errs);
         return EXIT_CONFIG;
     }
+    struct options *o0 = &g->opt;
     if (check_only) {
-        /* Also the start-time check that needs names resolved: fronting must not loop. */
-        static struct mask_table check_masks;
-        char merr[512];
-        if (mask_table_build(&check_masks, &opt, merr, sizeof merr)) {
-            fprintf(stderr, "%s\nmtproxy: 1 configuration error\n", merr);
-            return EXIT_CONFIG;
-        }
         printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
                "access-list range%s)\n",
-               opt.nlisten, opt.nlisten == 1 ? "" : "es", opt.nsecrets,
-               opt.nsecrets == 1 ? "" : "s", opt.ndcs, opt.ndcs == 1 ? "" : "s",
-               cidr_set_count(&acl.allow) + cidr_set_count(&acl.deny),
-               cidr_set_count(&acl.allow) + cidr_set_count(&acl.deny) == 1 ? "" : "s");
+               o0->nlisten, o0->nlisten == 1 ? "" : "es", o0->nsecrets,
+               o0->nsecrets == 1 ? "" : "s", o0->ndcs, o0->ndcs == 1 ? "" : "s",
+               cidr_set_count(&g->acl.allow) + cidr_set_count(&g->acl.deny),
+               cidr_set_count(&g->acl.allow) + cidr_set_count(&g->acl.deny) == 1 ? "" : "s");
         return 0;
     }
 
@@ -421,59 +650,59 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     char err[512];
-    if (log_open(opt.log, (enum log_level)opt.log_level, err, sizeof err)) {
+    if (log_open(o0->log, (enum log_level)o0->log_level, err, sizeof err)) {
         fprintf(stderr, "mtproxy: %s\n", err);
         return EXIT_CONFIG;
     }
-    if (ensure_secret(&opt, err, sizeof err)) {
+    /* One mtproxy per state file: the lock is held for the life of the process. */
+    int lock_fd = state_lock(o0->state_file, err, sizeof err);
+    if (lock_fd < 0) {
         log_error("%s", err);
         return EXIT_CONFIG;
     }
-    int nworkers = opt.workers;
+    g->state_secret = !o0->nsecrets;
+    if (ensure_secret(o0, err, sizeof err)) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
+    int nworkers = o0->workers;
     if (nworkers <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nworkers = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
     }
-    fit_fd_limit(&opt, nworkers);
+    fit_fd_limit(o0, nworkers);
 
-    static struct dc_table dcs;
-    dc_table_build(&dcs, &opt);
-    static struct mask_table masks;
-    if (mask_table_build(&masks, &opt, err, sizeof err)) {
-        log_error("%s", err);
+    /* The users registry: one id per secret name, per-user counters per worker; the quota
+     * used so far comes from the state file. */
+    static struct users users;
+    if (users_init(&users, nworkers) || users_state_load(&users, o0->state_file, err,
+                                                          sizeof err)) {
+        log_error("%s", users.stats ? err : "out of memory for the users table");
         return EXIT_CONFIG;
     }
+    rl.users = &users;
+    g->users = &users;
+    if (gen_map_users(g)) {
+        log_error("out of memory for %d users", o0->nsecrets);
+        return 1;
+    }
+    reload_commit(&rl, g);
+    struct options *opt = o0;
     struct replay *replay = NULL;
-    if (opt.replay_cache) {
+    if (opt->replay_cache) {
         /* The window covers a hello stamped at the edge of the future skew until it falls
          * off the past skew; with tls-ignore-time the cache is FIFO only. */
-        struct replay_config rc = {.window = opt.tls_ignore_time ? 0
-                                                                 : 2 * (opt.tls_time_skew_ms / 1000)};
-        rc.max_entries = opt.replay_cache / 36 + 1;
-        while (rc.max_entries > 1 && replay_memory_for(&rc) > opt.replay_cache)
+        struct replay_config rc = {.window = opt->tls_ignore_time ? 0
+                                                                  : 2 * (opt->tls_time_skew_ms / 1000)};
+        rc.max_entries = opt->replay_cache / 36 + 1;
+        while (rc.max_entries > 1 && replay_memory_for(&rc) > opt->replay_cache)
             rc.max_entries -= rc.max_entries / 16 + 1;
         if (!(replay = replay_new(&rc))) {
-            log_error("cannot allocate the replay cache (%zu bytes)", opt.replay_cache);
+            log_error("cannot allocate the replay cache (%zu bytes)", opt->replay_cache);
             return 1;
         }
         log_info("replay cache: %zu entries, %zu bytes, window %u s", rc.max_entries,
                  replay_memory_for(&rc), rc.window);
-    }
-
-    /* The users registry: one id per secret name, per-user counters per worker. */
-    static struct users users;
-    uint32_t *uids = calloc((size_t)opt.nsecrets + 1, sizeof *uids);
-    if (!uids || users_init(&users, nworkers)) {
-        log_error("out of memory for %d users", opt.nsecrets);
-        return 1;
-    }
-    for (int i = 0; i < opt.nsecrets; i++) {
-        int32_t id = users_intern(&users, opt.secrets[i].name);
-        if (id < 0) {
-            log_error("out of memory for %d users", opt.nsecrets);
-            return 1;
-        }
-        uids[i] = (uint32_t)id;
     }
 
     struct worker *ws = calloc((size_t)nworkers, sizeof *ws);
@@ -482,15 +711,12 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < nworkers; i++) {
         if (worker_init(&ws[i], i, NULL, NULL, NULL, NULL) ||
-            proxy_worker_init(&pws[i], &ws[i], &opt, &dcs, &masks, replay, nworkers)) {
+            proxy_worker_init(&pws[i], &ws[i], g, &users, replay, nworkers)) {
             log_error("cannot set up worker %d", i);
             return 1;
         }
-        pws[i].acl = &acl;
-        pws[i].users = &users;
-        pws[i].uid = uids;
-        for (int l = 0; l < opt.nlisten; l++) {
-            int fd = sock_listen(&opt.listen[l], opt.backlog, 1, &pws[i].sockopts, err,
+        for (int l = 0; l < opt->nlisten; l++) {
+            int fd = sock_listen(&opt->listen[l], opt->backlog, 1, &pws[i].sockopts, err,
                                  sizeof err);
             if (fd < 0) {
                 log_error("%s", err);
@@ -499,22 +725,22 @@ int main(int argc, char **argv)
             worker_add_listener(&ws[i], fd);
         }
     }
-    for (int l = 0; l < opt.nlisten; l++) {
+    for (int l = 0; l < opt->nlisten; l++) {
         char a[SOCK_ADDR_STRLEN];
-        sock_addr_format(&opt.listen[l], a, sizeof a);
+        sock_addr_format(&opt->listen[l], a, sizeof a);
         log_info("listening on %s (%d worker%s)", a, nworkers, nworkers == 1 ? "" : "s");
     }
     /* The metrics server: one SO_REUSEPORT listener per worker, served in its loop. */
     static struct metrics_shared mshared;
     struct metrics_worker *mws = NULL;
-    if (opt.metrics_on) {
-        metrics_shared_init(&mshared, &opt, pws, ws, nworkers, replay);
+    if (opt->metrics_on) {
+        metrics_shared_init(&mshared, opt, pws, ws, nworkers, replay);
         mws = calloc((size_t)nworkers, sizeof *mws);
         if (!mws)
             return 1;
         mshared.mws = mws;
         for (int i = 0; i < nworkers; i++) {
-            int fd = sock_listen(&opt.metrics_addr, 128, 1, NULL, err, sizeof err);
+            int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
             if (fd < 0) {
                 log_error("metrics: %s", err);
                 return 1;
@@ -525,28 +751,24 @@ int main(int argc, char **argv)
             }
         }
         char a[SOCK_ADDR_STRLEN];
-        sock_addr_format(&opt.metrics_addr, a, sizeof a);
+        sock_addr_format(&opt->metrics_addr, a, sizeof a);
         log_info("metrics on http://%s/ (/metrics, /stats)%s", a,
-                 opt.metrics_token[0] ? ", token required"
+                 opt->metrics_token[0] ? ", token required"
                  : mshared.loopback ? "" : "; no metrics-token: the page shows no links");
     }
-    if (acl_active(&acl))
-        log_info("access list: %zu allow and %zu deny ranges (%zu bytes)%s",
-                 cidr_set_count(&acl.allow), cidr_set_count(&acl.deny),
-                 cidr_set_memory(&acl.allow) + cidr_set_memory(&acl.deny),
-                 acl.has_allow ? ": only allowed sources are served" : "");
+    log_acl(&g->acl);
     uid_t run_uid = (uid_t)-1;
-    if (opt.user[0]) {
-        struct passwd *upw = getpwnam(opt.user);
+    if (opt->user[0]) {
+        struct passwd *upw = getpwnam(opt->user);
         if (!upw) {
-            log_error("user '%s' does not exist", opt.user);
+            log_error("user '%s' does not exist", opt->user);
             return EXIT_CONFIG;
         }
         run_uid = upw->pw_uid;
     }
-    print_links(&opt, run_uid);
+    print_links(opt, run_uid);
 
-    if (opt.daemonize) {
+    if (opt->daemonize) {
         if (daemon(1, 0) != 0) {
             log_error("daemonize: %s", strerror(errno));
             return 1;
@@ -555,11 +777,12 @@ int main(int argc, char **argv)
         for (int i = 0; i < nworkers; i++)
             ev_loop_fork(ws[i].loop);
     }
-    if (opt.pidfile[0] && write_pidfile(opt.pidfile, run_uid))
+    char pidfile[OPT_PATH_MAX];
+    snprintf(pidfile, sizeof pidfile, "%s", opt->pidfile);
+    if (pidfile[0] && write_pidfile(pidfile, run_uid))
         return 1;
-    if (opt.user[0] && drop_privileges(opt.user))
+    if (opt->user[0] && drop_privileges(opt->user))
         return 1;
-
 
     for (int i = 0; i < nworkers; i++) {
         int rc = worker_start(&ws[i]);
@@ -568,15 +791,34 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    log_info("mtproxy %s started, pid %ld", MTPROXY_VERSION, (long)getpid());
+    log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
+             opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
 
+    struct state_saver saver = {.users = &users};
     for (;;) {
         int sig = 0;
-        if (sigwait(&set, &sig) != 0)
+        /* Woken every few seconds to keep the quota used in the state file. */
+        struct timespec ts = {STATE_SAVE_SECONDS, 0};
+        sig = sigtimedwait(&set, NULL, &ts);
+        if (sig < 0) {
+            state_save(&saver, g, 0);
             continue;
+        }
         if (sig == SIGHUP) {
-            log_reopen();
-            log_info("SIGHUP: log reopened");
+            if (log_reopen(err, sizeof err)) {
+                /* Not to the rotated file only: an operator must see it where they look. */
+                fprintf(stderr, "mtproxy: SIGHUP: %s\n", err);
+                syslog(LOG_ERR, "mtproxy: SIGHUP: %s", err);
+                log_error("SIGHUP: %s", err);
+            } else {
+                log_info("SIGHUP: log reopened");
+            }
+            struct gen *ng = reload(&rl, g, pws, nworkers);
+            if (ng) {
+                g = ng;
+                print_links(&g->opt, run_uid);
+                state_save(&saver, g, 0);
+            }
         } else if (sig == SIGUSR1) {
             log_stats(pws, ws, nworkers);
         } else {
@@ -593,17 +835,19 @@ int main(int argc, char **argv)
             metrics_worker_destroy(&mws[i]);
     }
     log_stats(pws, ws, nworkers);
-    if (opt.pidfile[0])
-        remove_pidfile(opt.pidfile);
+    state_save(&saver, g, 1);
+    if (pidfile[0])
+        remove_pidfile(pidfile);
     log_info("stopped");
     free(mws);
     free(ws);
     free(pws);
     replay_free(replay);
-    acl_free(&acl);
+    gen_unref(g);
     users_destroy(&users);
-    free(uids);
-    options_free(&opt);
+    free(saver.last);
+    free(rest);
+    close(lock_fd);
     log_close();
     return 0;
 }

@@ -14,8 +14,12 @@ int log_level_parse(const char *s);
  * before workers start. Returns 0, or -1 with a message in err. */
 int log_open(const char *target, enum log_level level, char *err, size_t errlen);
 
-/* Reopens a file target (for log rotation; SIGHUP). No-op for stderr/syslog. */
-void log_reopen(void);
+/* Reopens a file target (for log rotation; SIGHUP). No-op for stderr/syslog. Returns 0, or
+ * -1 with err (the old file stays the target). */
+int log_reopen(char *err, size_t errlen);
+
+/* Changes the least severe level logged (reload; any thread may be logging). */
+void log_set_level(enum log_level level);
 
 /* Closes the target. */
 void log_close(void);

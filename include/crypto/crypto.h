@@ -35,6 +35,12 @@ void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, siz
 void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
                         const uint8_t *in, uint8_t *out, size_t len);
 
+/* One 16-byte block of the AES-256-CTR keystream: block `index` (bytes 16*index..) of the
+ * stream keyed with key and iv (the counter is iv + index, big-endian, as CTR counts). Lets a
+ * check that needs a few bytes deep in a stream skip the rest. Uses a per-thread context. */
+void crypto_ctr_block(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
+                      uint32_t index, uint8_t out[16]);
+
 /* Frees the calling thread's cached one-shot context (see crypto_ctr_oneshot). Call it before
  * a thread that used crypto_ctr_oneshot exits, or the context leaks. Safe to call at any time,
  * and more than once; the next crypto_ctr_oneshot on the thread allocates a new context. */

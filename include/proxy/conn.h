@@ -18,6 +18,7 @@
 #include "proxy/dcpool.h"
 #include "proxy/fronting.h"
 #include "proxy/options.h"
+#include "proxy/reload.h"
 #include "proxy/rstore.h"
 #include "proxy/socks.h"
 #include "proxy/users.h"
@@ -63,6 +64,10 @@ enum conn_reason {
     CR_MASK_UNREACHABLE,  /* the fronting target could not be reached */
     CR_SHUTDOWN,          /* proxy stopping */
     CR_REFUSED,           /* access list or PROXY header: refused before any byte of ours */
+    CR_LIMIT,             /* the user's quota ran out or it expired while connected */
+    CR_USER_REMOVED,      /* a reload removed the user */
+    CR_HANDSHAKE_CAP,     /* max-handshakes: the oldest unfinished handshake made room */
+    CR_ACCEPT_RATE,       /* accept-rate: too many new connections from the source */
     CR_COUNT
 };
 
@@ -133,8 +138,13 @@ struct conn {
     int16_t dc_resolved;       /* the id whose addresses are used */
     uint8_t state;
     uint32_t secret_idx;       /* index of the matched secret in the options' secrets */
-    int32_t uid;               /* its user's id in the users registry, -1 until proven */
-    struct user_stats *us;     /* that user's counters in this worker (NULL until proven) */
+    int32_t uid;               /* its user's id in the users registry, -1 until admitted */
+    struct user_stats *us;     /* that user's counters in this worker (NULL until admitted) */
+    const struct user_limit *lim; /* that user's limits (in gen), or NULL */
+    struct gen *gen;           /* the config generation it started under (one reference) */
+    ev_timer rate_timer;       /* rate limit: reading paused until then (per direction) */
+    ev_tstamp rate_until[2];   /* [0] client->DC, [1] DC->client; 0 = not paused */
+    uint8_t handshaking;       /* counted in the worker's unfinished handshakes */
     uint8_t hdr_len;
     uint8_t waiting_block;
     uint8_t fast;              /* fast mode: DC->client bytes pass without crypto */
@@ -188,6 +198,9 @@ struct proxy_stats {
                                         * replay-store-fail applied */
     stat_t strangers_refused; /* closed at once: probe-limit-per-ip reached */
     stat_t hello_budget;     /* hellos dropped: the workers' hello buffers were full */
+    stat_t user_refused;     /* valid clients refused by a user limit (per user: users.h) */
+    stat_t acc_rate;         /* closed at accept: accept-rate from one source reached */
+    stat_t handshake_cap;    /* unfinished handshakes closed for max-handshakes */
     stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
     stat_t closed[CR_COUNT];
@@ -211,8 +224,15 @@ struct proxy_worker {
     struct replay *replay;             /* shared by all workers; NULL = off */
     struct rstore rstore;              /* this worker's link to the fleet's replay store */
     const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
-    struct users *users;               /* the users registry (shared; NULL = not counted) */
-    const uint32_t *uid;               /* per secret index: its user's id in users */
+    struct gen *gen;                   /* the generation new connections take (one ref) */
+    struct gen *_Atomic next_gen;      /* posted by main (proxy_worker_post_gen), one ref */
+    struct users *users;               /* the users registry (shared) */
+    ev_timer sweep_timer;              /* every second: quota / expiry of live connections */
+    struct ipcount accepts;            /* accept-rate: per source, accepts in this second */
+    ev_tstamp accepts_second;
+    uint32_t accepts_max;              /* accept-rate for this worker (0 = off) */
+    uint32_t handshakes, handshakes_max; /* unfinished handshakes / max-handshakes share */
+    int nworkers;
     int tls_enabled;                   /* allow-ee and at least one ee secret */
     struct arena arena;
     struct pool conns;
@@ -242,12 +262,20 @@ struct proxy_worker {
     struct proxy_stats stats;
 };
 
-/* Sets up the proxy state of worker w (index, of nworkers) and registers the proxy's
- * handlers (accept, stop) and itself as w's ctx. Limits are the options' process-wide values divided by nworkers.
- * Returns 0, or -1. */
-int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
-                      const struct dc_table *dcs, const struct mask_table *masks,
-                      struct replay *replay, int nworkers);
+/* Sets up the proxy state of worker w (index, of nworkers) from generation g (the worker
+ * takes a reference) and registers the proxy's handlers (accept, stop, commands) and itself as
+ * w's ctx. Limits are the options' process-wide values divided by nworkers. users is the
+ * process's registry. Returns 0, or -1. */
+int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
+                      struct users *users, struct replay *replay, int nworkers);
+
+/* Command bit for worker_post: a new generation waits in next_gen. */
+#define PROXY_CMD_GEN 1
+
+/* Main thread: hands generation g to the worker (takes a reference for it) and wakes it; the
+ * worker adopts it in its own thread (new connections use it; connections of users g no
+ * longer has are closed; live ones keep theirs). */
+void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g);
 
 /* Frees the pools (after the worker's loop has ended). */
 void proxy_worker_destroy(struct proxy_worker *pw);
@@ -259,6 +287,10 @@ void proxy_on_stop(struct worker *w);
 /* Ends a connection: logs the reason once, counts it, frees everything. The caller must not
  * touch c afterwards. Returns -1 so that `return conn_close(...)` propagates "closed". */
 int conn_close(struct conn *c, enum conn_reason r);
+
+/* Rate limit: stops reading direction dir (0 client->DC, 1 DC->client) of c for wait
+ * seconds (relay_watch leaves it alone until then). */
+void conn_rate_pause(struct conn *c, int dir, double wait);
 
 /* Pauses accepting while the connection slots or the buffer arena are used up; resumes
  * otherwise. */

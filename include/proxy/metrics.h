@@ -23,9 +23,13 @@
 
 struct metrics_worker;
 
-/* What every worker's server reads: fixed once workers start (counters are read relaxed). */
+struct gen;
+
+/* What every worker's server reads: fixed once workers start (counters are read relaxed).
+ * The users, their links and the token come from the serving worker's current generation
+ * (proxy/reload.h), so a reload changes them. */
 struct metrics_shared {
-    const struct options *opt;
+    const struct options *opt;  /* as started: the metrics address */
     struct proxy_worker *pws;
     struct worker *ws;
     struct metrics_worker *mws; /* their servers' counters (NULL: none) */
@@ -33,8 +37,6 @@ struct metrics_shared {
     struct replay *replay;
     time_t start_time;
     int loopback;       /* the metrics listener is on a loopback address */
-    char host[256];     /* host and port put in the links */
-    int port;
 };
 
 /* Counters of one worker's metrics server (written by it only). */
@@ -72,8 +74,7 @@ struct metrics_worker {
 /* The metrics server's descriptors per worker (listener + connections), for fd budgets. */
 #define METRICS_FDS_PER_WORKER (METRICS_MAX_CONNS + 1)
 
-/* Sets up shared state for the server: links use public-host/public-port as print_links
- * does. Returns 0. */
+/* Sets up shared state for the server (opt: the options it starts with). Returns 0. */
 int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
                         struct proxy_worker *pws, struct worker *ws, int nworkers,
                         struct replay *replay);
@@ -86,12 +87,14 @@ int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared 
 /* After the worker's loop has ended: closes every socket and frees memory. */
 void metrics_worker_destroy(struct metrics_worker *mw);
 
-/* The Prometheus text (format 0.0.4) of every counter, summed over workers, to out. Any
- * thread. Returns 0, or -1 (out of memory). */
-int metrics_render_prometheus(const struct metrics_shared *ms, struct sbuf *out);
+/* The Prometheus text (format 0.0.4) of every counter, summed over workers, to out; the
+ * users are g's. Any thread holding a reference to g. Returns 0, or -1 (out of memory). */
+int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen *g,
+                              struct sbuf *out);
 
 /* The same as one JSON document; with links, each user's tg:// and t.me links too. */
-int metrics_render_json(const struct metrics_shared *ms, int links, struct sbuf *out);
+int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, int links,
+                        struct sbuf *out);
 
 /* The host put in links for opt (public-host, else the listen address, else the host
  * name) into host, and returns the port (public-port, else the first listen port). */

@@ -11,6 +11,7 @@
 #include "proto/secret.h"
 #include "proto/socks5.h"
 #include "proxy/rstore.h"
+#include "proxy/users.h"
 
 #define OPT_MAX_LISTEN 16
 #define OPT_MAX_SECRETS 100000 /* users (secrets); storage grows with those configured */
@@ -43,6 +44,12 @@ struct options {
     int nsecrets, secrets_cap;
     uint32_t *secret_slots; /* name -> index + 1, open addressing (duplicate names) */
     size_t nsecret_slots;
+    struct user_limit *limits; /* `limit` lines (heap), by user name */
+    int nlimits, limits_cap;
+    unsigned ips_window_ms;
+    unsigned accept_rate;   /* new connections per second per source address (0 = off) */
+    int max_handshakes;     /* connections not past their handshake, whole process (0 = off) */
+    int log_connections;    /* one info line per closed client connection */
     struct opt_dc dcs[OPT_MAX_DC_ADDRS];
     int ndcs;
     int dc_builtin;
@@ -161,6 +168,11 @@ int options_documented_secret(const struct secret *s);
  * syntax as the config). Returns 1 if loaded, 0 if the file does not exist, -1 on error
  * (message in err). */
 int options_load_state(struct options *o, const char *path, char *err, size_t errlen);
+
+/* Writes secret s (NULL: none) and then extra (NULL: nothing; lines like `quota-used = NAME
+ * BYTES`) to path atomically (mode 0600). Returns 0, or -1 with err. */
+int options_save_state_text(const struct secret *s, const char *extra, const char *path,
+                            char *err, size_t errlen);
 
 /* Writes secret s to path atomically (mode 0600). Returns 0, or -1 with err. */
 int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen);

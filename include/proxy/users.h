@@ -160,4 +160,8 @@ long users_state_format(const struct users *u, char **buf, size_t *cap);
  * with err. Main thread only, before workers use the user. */
 int users_state_apply(struct users *u, const char *value, char *err, size_t errlen);
 
+/* Reads the quota-used lines of state file path (other lines are skipped; a missing file is
+ * no error). Returns 0, or -1 with err ("PATH:LINE: message"). Main thread, before workers. */
+int users_state_load(struct users *u, const char *path, char *err, size_t errlen);
+
 #endif

@@ -278,6 +278,7 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
 {
     int before = p->errors.count;
     char line[CONFIG_LINE_MAX];
+    int set_at[sizeof p->origin] = {0}; /* per option: the line of this text that set it */
     size_t pos = 0;
     int lineno = 0;
     size_t n;
@@ -309,7 +310,12 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
         *eq = 0;
         char *key = trim(s), *value = trim(eq + 1);
         size_t vlen = strlen(value);
-        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+        int q0 = value[0] == '"', q1 = vlen >= 2 && value[vlen - 1] == '"';
+        if (q0 != q1 || (q0 && vlen < 2)) {
+            add_error(&p->errors, "%s: unterminated quote in the value of '%s'", where, key);
+            continue;
+        }
+        if (q0) {
             value[vlen - 1] = 0;
             value++;
         }
@@ -321,7 +327,14 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
             add_error(&p->errors, "%s: missing value for '%s'", where, key);
             continue;
         }
-        config_set(p, key, value, CFG_FROM_FILE, where);
+        const struct config_option *o = config_find(p, key);
+        if (o && !(o->flags & CFG_REPEAT) && set_at[o - p->opts]) {
+            add_error(&p->errors, "%s: '%s' is already set at line %d (it may be given once)",
+                      where, key, set_at[o - p->opts]);
+            continue;
+        }
+        if (config_set(p, key, value, CFG_FROM_FILE, where) == 0 && o)
+            set_at[o - p->opts] = lineno;
     }
     return p->errors.count - before;
 }
@@ -386,6 +399,12 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
             value = eq + 1;
         } else {
             snprintf(key, sizeof key, "%s", a + 2);
+            if (!config_find(p, key)) {
+                add_error(&p->errors, "--%s: unknown key", key);
+                if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                    i++; /* its value */
+                continue;
+            }
             if (i + 1 >= argc) {
                 add_error(&p->errors, "--%s: missing value", key);
                 continue;

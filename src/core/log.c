@@ -49,16 +49,25 @@ int log_open(const char *target, enum log_level level, char *err, size_t errlen)
     return 0;
 }
 
-void log_reopen(void)
+int log_reopen(char *err, size_t errlen)
 {
     if (!g_log.path[0])
-        return;
+        return 0;
     int fd = open(g_log.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-    if (fd < 0)
-        return;
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot reopen log file %s: %s (still writing to the old one)",
+                 g_log.path, strerror(errno));
+        return -1;
+    }
     /* dup2 swaps the target atomically for threads that are writing right now. */
     dup2(fd, g_log.fd);
     close(fd);
+    return 0;
+}
+
+void log_set_level(enum log_level level)
+{
+    __atomic_store_n(&g_log.level, level, __ATOMIC_RELAXED);
 }
 
 void log_close(void)
@@ -74,12 +83,12 @@ void log_close(void)
 
 int log_enabled(enum log_level level)
 {
-    return level <= g_log.level;
+    return level <= __atomic_load_n(&g_log.level, __ATOMIC_RELAXED);
 }
 
 void log_vmsg(enum log_level level, const char *fmt, va_list ap)
 {
-    if (level > g_log.level)
+    if (level > __atomic_load_n(&g_log.level, __ATOMIC_RELAXED))
         return;
     char line[1024];
     if (g_log.use_syslog) {

@@ -22,6 +22,25 @@ struct crypto_ctr {
  * happens once here, so each one-shot call only re-keys it (no allocation, no fetch). */
 static _Thread_local EVP_CIPHER_CTX *oneshot_ctx;
 
+/* Per-thread contexts reused by crypto_sha256 and crypto_ctr_block: a handshake tries every
+ * secret in turn, and allocating (and, in OpenSSL 3, fetching) per try cost more than the
+ * hashing. Freed by crypto_thread_cleanup. */
+static _Thread_local EVP_MD_CTX *md_ctx;
+static _Thread_local EVP_CIPHER_CTX *ecb_ctx;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+static _Thread_local EVP_MD *sha256_md;
+#endif
+
+static const EVP_MD *sha256_get(void) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    if (!sha256_md)
+        sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    return sha256_md ? sha256_md : EVP_sha256();
+#else
+    return EVP_sha256();
+#endif
+}
+
 /* Allocates a context with AES-256-CTR selected but no key yet. Returns NULL on failure.
  * Later re-keying passes a NULL cipher, which keeps the selection and resets the counter. */
 static EVP_CIPHER_CTX *ctr_ctx_new(void) {
@@ -99,9 +118,43 @@ void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYP
     ctr_xor(oneshot_ctx, in, out, len);
 }
 
+static void digest_failed(uint8_t out[CRYPTO_SHA256_LEN]);
+
 void crypto_thread_cleanup(void) {
     EVP_CIPHER_CTX_free(oneshot_ctx);
     oneshot_ctx = NULL;
+    EVP_CIPHER_CTX_free(ecb_ctx);
+    ecb_ctx = NULL;
+    EVP_MD_CTX_free(md_ctx);
+    md_ctx = NULL;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    EVP_MD_free(sha256_md);
+    sha256_md = NULL;
+#endif
+}
+
+void crypto_ctr_block(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
+                      uint32_t index, uint8_t out[16]) {
+    uint8_t ctr[16];
+    memcpy(ctr, iv, 16);
+    for (int i = 15; i >= 0 && index; i--) { /* big-endian 128-bit add, as CTR counts */
+        uint32_t v = ctr[i] + (index & 0xff);
+        ctr[i] = (uint8_t)v;
+        index = (index >> 8) + (v >> 8);
+    }
+    int outl = 0;
+    if (!ecb_ctx && (ecb_ctx = EVP_CIPHER_CTX_new()) &&
+        (EVP_EncryptInit_ex(ecb_ctx, EVP_aes_256_ecb(), NULL, NULL, NULL) != 1 ||
+         EVP_CIPHER_CTX_set_padding(ecb_ctx, 0) != 1)) {
+        EVP_CIPHER_CTX_free(ecb_ctx);
+        ecb_ctx = NULL;
+    }
+    if (!ecb_ctx || EVP_EncryptInit_ex(ecb_ctx, NULL, NULL, key, NULL) != 1 ||
+        EVP_EncryptUpdate(ecb_ctx, out, &outl, ctr, 16) != 1 || outl != 16) {
+        uint8_t r[CRYPTO_SHA256_LEN];
+        digest_failed(r); /* random: matches nothing */
+        memcpy(out, r, 16);
+    }
 }
 
 /* A digest that could not be computed must not come out predictable (all zeros would let a
@@ -127,12 +180,13 @@ static int digest_update(EVP_MD_CTX *md, const void *p, size_t len) {
 
 void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
                    uint8_t out[CRYPTO_SHA256_LEN]) {
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md_ctx)
+        md_ctx = EVP_MD_CTX_new();
+    EVP_MD_CTX *md = md_ctx;
     unsigned int outl = 0;
-    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 && digest_update(md, a, alen) &&
-             digest_update(md, b, blen) && EVP_DigestFinal_ex(md, out, &outl) == 1 &&
-             outl == CRYPTO_SHA256_LEN;
-    EVP_MD_CTX_free(md);
+    int ok = md && EVP_DigestInit_ex(md, sha256_get(), NULL) == 1 &&
+             digest_update(md, a, alen) && digest_update(md, b, blen) &&
+             EVP_DigestFinal_ex(md, out, &outl) == 1 && outl == CRYPTO_SHA256_LEN;
     if (!ok)
         digest_failed(out);
 }
@@ -183,20 +237,21 @@ void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypt
         crypto_sha256(key, keylen, NULL, 0, k);
     else if (keylen > 0)
         memcpy(k, key, keylen);
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md_ctx)
+        md_ctx = EVP_MD_CTX_new();
+    EVP_MD_CTX *md = md_ctx;
     for (size_t i = 0; i < sizeof pad; i++)
         pad[i] = k[i] ^ 0x36;
-    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+    int ok = md && EVP_DigestInit_ex(md, sha256_get(), NULL) == 1 &&
              digest_update(md, pad, sizeof pad);
     for (size_t i = 0; ok && i < n; i++)
         ok = digest_update(md, spans[i].p, spans[i].len);
     ok = ok && EVP_DigestFinal_ex(md, inner, &outl) == 1 && outl == CRYPTO_SHA256_LEN;
     for (size_t i = 0; i < sizeof pad; i++)
         pad[i] = k[i] ^ 0x5c;
-    ok = ok && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+    ok = ok && EVP_DigestInit_ex(md, sha256_get(), NULL) == 1 &&
          digest_update(md, pad, sizeof pad) && digest_update(md, inner, sizeof inner) &&
          EVP_DigestFinal_ex(md, out, &outl) == 1 && outl == CRYPTO_SHA256_LEN;
-    EVP_MD_CTX_free(md);
     OPENSSL_cleanse(k, sizeof k);
     OPENSSL_cleanse(pad, sizeof pad);
     OPENSSL_cleanse(inner, sizeof inner);

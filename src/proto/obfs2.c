@@ -79,18 +79,22 @@ enum obfs2_status obfs2_parse(const uint8_t hdr[OBFS2_HDR_LEN], const struct sec
         if (!allowed)
             continue;
 
+        /* Only the tag and dc (bytes 56..61) are needed to know whether this secret is the
+         * one: one keystream block (bytes 48..63), not the whole header. */
         struct obfs2_dir fwd;
-        uint8_t plain[OBFS2_HDR_LEN];
+        uint8_t ks[16], plain[16];
         derive_dir(hdr + OBFS2_KEY_OFF, s->key, &fwd);
-        crypto_ctr_oneshot(fwd.key, fwd.iv, hdr, plain, OBFS2_HDR_LEN);
+        crypto_ctr_block(fwd.key, fwd.iv, 3, ks);
+        for (int j = 0; j < 16; j++)
+            plain[j] = hdr[48 + j] ^ ks[j];
 
-        uint32_t tag = load_le32(plain + OBFS2_TAG_OFF);
+        uint32_t tag = load_le32(plain + OBFS2_TAG_OFF - 48);
         if (!(tag_bit(tag) & allowed))
             continue;
 
         out->secret_index = (int)i;
         out->tag = tag;
-        out->dc = (int16_t)(uint16_t)(plain[OBFS2_DC_OFF] | plain[OBFS2_DC_OFF + 1] << 8);
+        out->dc = (int16_t)(uint16_t)(plain[OBFS2_DC_OFF - 48] | plain[OBFS2_DC_OFF - 48 + 1] << 8);
         obfs2_derive(hdr, s->key, &out->keys);
         return OBFS2_OK;
     }

@@ -32,6 +32,10 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_MASK_UNREACHABLE] = "mask-unreachable",
     [CR_SHUTDOWN] = "shutdown",
     [CR_REFUSED] = "refused",
+    [CR_LIMIT] = "user-limit",
+    [CR_USER_REMOVED] = "user-removed",
+    [CR_HANDSHAKE_CAP] = "handshake-cap",
+    [CR_ACCEPT_RATE] = "accept-rate",
 };
 
 const char *conn_reason_name(enum conn_reason r)
@@ -178,6 +182,78 @@ static void on_loglim_timer(struct ev_loop *loop, ev_timer *t, int revents)
     }
 }
 
+/* --- unfinished handshakes (max-handshakes) ------------------------------------------------ */
+
+/* The connection left the handshake (proved a secret, or is rejected/closing). */
+static void handshake_done(struct conn *c)
+{
+    if (c->handshaking) {
+        c->handshaking = 0;
+        c->pw->handshakes--;
+    }
+}
+
+/* Counts a new connection's handshake; at the cap the oldest unfinished one is closed (the
+ * live list is newest first). */
+static void handshake_start(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    if (!pw->handshakes_max)
+        return;
+    while (pw->handshakes >= pw->handshakes_max) {
+        struct conn *old = NULL;
+        for (struct conn *x = pw->live; x; x = x->next)
+            if (x != c && x->handshaking)
+                old = x;
+        if (!old)
+            break;
+        STAT_INC(&pw->stats.handshake_cap);
+        conn_close(old, CR_HANDSHAKE_CAP);
+    }
+    c->handshaking = 1;
+    pw->handshakes++;
+}
+
+/* --- users: limits at admission --------------------------------------------------------- */
+
+/* A client proved secret idx (of c->gen): its user is admitted under its limits, or refused.
+ * Returns 0 (admitted: c->uid, c->us, c->lim set, counted), or -1 (refused: counted and
+ * logged once per user per minute; the caller rejects it like a bad client). */
+static int user_admit(struct conn *c, uint32_t idx)
+{
+    struct proxy_worker *pw = c->pw;
+    const struct gen *g = c->gen;
+    uint32_t uid = g->uid[idx];
+    const struct user_limit *lim = g->lim[idx];
+    double now = ev_now(pw->w->loop);
+    /* Started under an older generation: a user removed since is refused. */
+    const struct gen *cur = pw->gen;
+    int r = (g != cur && (uid >= cur->nusers || !cur->live[uid]))
+                ? UR_COUNT
+                : users_admit(pw->users, uid, lim, &c->peer, now,
+                              g->opt.ips_window_ms / 1000.0);
+    if (r < 0) {
+        c->uid = (int32_t)uid;
+        c->lim = lim;
+        c->us = users_wstats(pw->users, pw->w->id, uid);
+        STAT_INC(&c->us->conns);
+        STAT_INC(&c->us->active);
+        handshake_done(c);
+        return 0;
+    }
+    STAT_INC(&pw->stats.user_refused);
+    if (r < UR_COUNT)
+        STAT_INC(&users_wstats(pw->users, pw->w->id, uid)->refused[r]);
+    if (users_log_allowed(pw->users, uid, now)) {
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_info("user %s: new connection from %s refused: %s (logged once a minute per user)",
+                 users_name(pw->users, uid), peer,
+                 r == UR_COUNT ? "user removed" : users_refusal_name((enum user_refusal)r));
+    }
+    return -1;
+}
+
 /* --- close ----------------------------------------------------------------------------- */
 
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
@@ -185,24 +261,43 @@ static void on_loglim_timer(struct ev_loop *loop, ev_timer *t, int revents)
 int conn_close(struct conn *c, enum conn_reason r)
 {
     struct proxy_worker *pw = c->pw;
-    /* Normal ends, and connections that closed before saying anything (health checks, port
-     * scanners), are debug; the rest are worth an operator's eye. */
-    enum log_level lvl = (r == CR_DONE || r == CR_CLIENT_CLOSED || r == CR_SHUTDOWN ||
-                          r == CR_REFUSED ||
-                          (r == CR_CLIENT_EARLY_EOF && c->hdr_len == 0))
-                             ? LOG_LVL_DEBUG
-                             : LOG_LVL_INFO;
-    if (log_enabled(lvl) && (lvl != LOG_LVL_INFO || c->authed || loglim_allow(pw, (int)r))) {
+    const struct options *o = &c->gen->opt;
+    if (c->uid >= 0 && o->log_connections && log_enabled(LOG_LVL_INFO)) {
+        /* A client that proved a secret: one line for the operator (never a secret). */
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);
-        log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s), up %llu down %llu bytes",
-                pw->w->id, (unsigned long long)c->id, peer, c->dc_id, conn_reason_name(r),
-                (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes);
+        log_info("w%d conn %llu closed: user %s client %s dc %d kind %s%s up %llu down %llu "
+                 "bytes duration %.1f s reason %s",
+                 pw->w->id, (unsigned long long)c->id, users_name(pw->users, (uint32_t)c->uid),
+                 peer, c->dc_id, c->tls ? "faketls-" : "", obfs2_tag_name(c->tag),
+                 (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes,
+                 ev_now(pw->w->loop) - c->born, conn_reason_name(r));
+    } else {
+        /* Normal ends, and connections that closed before saying anything (health checks,
+         * port scanners), are debug; the rest are worth an operator's eye. */
+        enum log_level lvl = (r == CR_DONE || r == CR_CLIENT_CLOSED || r == CR_SHUTDOWN ||
+                              r == CR_REFUSED || r == CR_ACCEPT_RATE || c->uid >= 0 ||
+                              (r == CR_CLIENT_EARLY_EOF && c->hdr_len == 0))
+                                 ? LOG_LVL_DEBUG
+                                 : LOG_LVL_INFO;
+        if (log_enabled(lvl) && (lvl != LOG_LVL_INFO || c->authed || loglim_allow(pw, (int)r))) {
+            char peer[SOCK_ADDR_STRLEN];
+            sock_addr_format(&c->peer, peer, sizeof peer);
+            log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s), up %llu down %llu bytes",
+                    pw->w->id, (unsigned long long)c->id, peer, c->dc_id, conn_reason_name(r),
+                    (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes);
+        }
     }
+    if (c->uid >= 0) {
+        users_release(pw->users, (uint32_t)c->uid, &c->peer, ev_now(pw->w->loop));
+        STAT_DEC(&c->us->active);
+        if (r == CR_LIMIT || r == CR_USER_REMOVED)
+            STAT_INC(&c->us->closed_limit);
+    }
+    handshake_done(c);
+    ev_timer_stop(pw->w->loop, &c->rate_timer);
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
-    if (c->us)
-        STAT_DEC(&c->us->active);
     if (c->kind)
         STAT_DEC(&pw->stats.kind_active[c->kind]);
     stranger_done(c);
@@ -222,6 +317,8 @@ int conn_close(struct conn *c, enum conn_reason r)
     if (c->next)
         c->next->prev = c->prev;
     c->state = CS_FREE;
+    gen_unref(c->gen);
+    c->gen = NULL;
     pool_put(&pw->conns, c);
     waiters_wake(pw);
     conn_check_accept(pw);
@@ -242,7 +339,7 @@ static const struct sock_addr *target_addr(const struct conn *c, int i)
 {
     if (c->mode == CONN_MODE_MASK)
         return &c->mask->addr;
-    return &c->pw->dcs->e[c->dc_first + i].addr;
+    return &c->gen->dcs.e[c->dc_first + i].addr;
 }
 
 static void log_attempt(struct conn *c, const struct sock_addr *a, int err)
@@ -461,7 +558,7 @@ static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sn
 {
     struct proxy_worker *pw = c->pw;
     STAT_INC(&pw->stats.rejected);
-    const struct mask_target *m = mask_lookup(pw->masks, sni);
+    const struct mask_target *m = mask_lookup(&c->gen->masks, sni);
     if (log_enabled(LOG_LVL_INFO) && loglim_allow(pw, LOGLIM_REJECT)) {
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);
@@ -570,7 +667,7 @@ static void store_answer(void *owner, uint64_t token, enum rstore_verdict v)
 static void header_done(struct conn *c, uint8_t *extra, size_t n)
 {
     struct proxy_worker *pw = c->pw;
-    const struct options *o = pw->opt;
+    const struct options *o = &c->gen->opt;
     struct obfs2_hello h;
     enum obfs2_status st;
     if (c->tls) {
@@ -615,18 +712,16 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
             return;
         }
     }
+    c->secret_idx = (uint32_t)h.secret_index;
+    if (!c->tls && user_admit(c, c->secret_idx)) {
+        reject(c, c->hdr, OBFS2_HDR_LEN, NULL, "user over a limit");
+        return;
+    }
     STAT_INC(&pw->stats.handshakes);
     c->authed = 1;
     stranger_done(c);
     c->tag = h.tag;
     c->dc_id = h.dc;
-    c->secret_idx = (uint32_t)h.secret_index;
-    if (pw->users) {
-        c->uid = (int32_t)pw->uid[c->secret_idx];
-        c->us = users_wstats(pw->users, pw->w->id, (uint32_t)c->uid);
-        STAT_INC(&c->us->conns);
-        STAT_INC(&c->us->active);
-    }
     conn_set_kind(c, c->tls ? CK_TLS : h.tag == OBFS2_TAG_PADDED ? CK_DD : CK_OBFS2);
     uint8_t skip[OBFS2_HDR_LEN], wire[OBFS2_HDR_LEN];
     if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
@@ -662,7 +757,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         return;
     }
     int resolved = 0;
-    c->dc_count = dc_lookup(pw->dcs, h.dc, &c->dc_first, &resolved);
+    c->dc_count = dc_lookup(&c->gen->dcs, h.dc, &c->dc_first, &resolved);
     c->dc_resolved = (int16_t)resolved;
     if (n) { /* the bytes after the header, counted in the total above */
         stat_t *ctr[3];
@@ -718,7 +813,7 @@ static int hbuf_reserve(struct conn *c, size_t want)
 static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret_idx)
 {
     struct proxy_worker *pw = c->pw;
-    const struct options *o = pw->opt;
+    const struct options *o = &c->gen->opt;
     struct faketls_reply r = {
         .order = (enum faketls_ext_order)o->tls_ext_order,
         .app_data_len = faketls_draw_len((size_t)o->tls_appdata_min, (size_t)o->tls_appdata_max),
@@ -753,7 +848,7 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
 static void tls_hello_check(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    const struct options *o = pw->opt;
+    const struct options *o = &c->gen->opt;
     struct faketls_hello h;
     char why[96];
     enum faketls_status st = faketls_hello_parse(c->hbuf, c->hlen, &h);
@@ -808,6 +903,10 @@ static void tls_hello_check(struct conn *c)
     if (g == STORE_REPLAY) {
         STAT_INC(&pw->stats.replays);
         reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: replayed (replay store)");
+        return;
+    }
+    if (user_admit(c, (uint32_t)m.secret_index)) { /* fronted like a probe */
+        reject(c, c->hbuf, c->hlen, sni, "FakeTLS hello: user over a limit");
         return;
     }
     tls_answer(c, &h, m.secret_index);
@@ -927,6 +1026,28 @@ static void header_read(struct conn *c)
 #define PP_V2_CAP 512 /* a balancer's v2 header with its TLVs: a few dozen bytes in practice */
 
 /* The access list's verdict for a client address: 1 (and counted) if refused. */
+/* accept-rate: 1 (counted) if this source opened its share of new connections this second
+ * at this worker already. Counts per second in a table cleared each second. */
+static int accept_rate_refuses(struct proxy_worker *pw, const struct sock_addr *peer)
+{
+    if (!pw->accepts_max)
+        return 0;
+    ev_tstamp sec = (ev_tstamp)(long long)ev_now(pw->w->loop);
+    if (sec != pw->accepts_second) {
+        pw->accepts_second = sec;
+        ipcount_free(&pw->accepts);
+        if (ipcount_init(&pw->accepts, pw->conns.max_objs * 2 + 64))
+            return 0;
+    }
+    uint32_t n = ipcount_add(&pw->accepts, &peer->u.sa);
+    if (n == 0 || n > pw->accepts_max) { /* 0: the table is full of other addresses */
+        STAT_INC(&pw->stats.acc_rate);
+        STAT_INC(&pw->stats.closed[CR_ACCEPT_RATE]);
+        return 1;
+    }
+    return 0;
+}
+
 static int acl_refuses(struct proxy_worker *pw, const struct sock_addr *peer)
 {
     if (!pw->acl || !acl_active(pw->acl))
@@ -1086,7 +1207,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     case CS_TLS_HELLO:
         /* No valid handshake in time: like any other non-client, it goes to the real site
          * (which decides how long to wait), or is closed when there is none. */
-        if (mask_lookup(c->pw->masks, NULL)) {
+        if (mask_lookup(&c->gen->masks, NULL)) {
             if (c->state == CS_TLS_HELLO)
                 reject(c, c->hbuf, c->hlen, NULL, "handshake timeout");
             else
@@ -1146,6 +1267,122 @@ static int conn_ciphers(struct conn *c)
     return 0;
 }
 
+/* Rate limit: a paused direction's time came; read again. */
+static void on_rate_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct conn *c = t->data;
+    ev_tstamp now = ev_now(loop), next = 0;
+    for (int d = 0; d < 2; d++) {
+        if (c->rate_until[d] && c->rate_until[d] <= now + 0.0005)
+            c->rate_until[d] = 0;
+        else if (c->rate_until[d] && (!next || c->rate_until[d] < next))
+            next = c->rate_until[d];
+    }
+    if (next) {
+        ev_timer_set(t, next - now, 0);
+        ev_timer_start(loop, t);
+    }
+    if (c->state == CS_RELAY)
+        relay_watch(c);
+}
+
+void conn_rate_pause(struct conn *c, int dir, double wait)
+{
+    struct ev_loop *loop = c->pw->w->loop;
+    ev_tstamp until = ev_now(loop) + wait;
+    c->rate_until[dir] = until;
+    if (ev_is_active(&c->rate_timer)) {
+        if (ev_timer_remaining(loop, &c->rate_timer) <= wait)
+            return;
+        ev_timer_stop(loop, &c->rate_timer);
+    }
+    ev_timer_set(&c->rate_timer, wait, 0);
+    ev_timer_start(loop, &c->rate_timer);
+}
+
+/* Every second: live connections of users whose quota ran out (on any worker) or who expired
+ * are ended. */
+static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct proxy_worker *pw = t->data;
+    double now = ev_now(loop);
+    for (struct conn *c = pw->live, *next; c; c = next) {
+        next = c->next;
+        const struct user_limit *l = c->lim;
+        if (!l || c->uid < 0)
+            continue;
+        struct user_shared *us = users_shared(pw->users, (uint32_t)c->uid);
+        if ((l->quota && atomic_load_explicit(&us->used, memory_order_relaxed) >= l->quota) ||
+            (l->expires && now >= (double)l->expires))
+            conn_close(c, CR_LIMIT);
+    }
+}
+
+/* Worker thread: switches to the generation main posted. */
+static void gen_adopt(struct proxy_worker *pw, struct gen *g)
+{
+    struct gen *old = pw->gen;
+    const struct options *o = &g->opt;
+    pw->gen = g;
+    pw->opt = o;
+    pw->dcs = &g->dcs;
+    pw->masks = &g->masks;
+    pw->acl = &g->acl;
+    pw->tls_enabled = 0;
+    for (int i = 0; i < o->nsecrets; i++)
+        pw->tls_enabled |= o->allow_ee && o->secrets[i].kind == SECRET_EE;
+    pw->accepts_max = (uint32_t)((o->accept_rate + (unsigned)pw->nworkers - 1) /
+                                 (unsigned)pw->nworkers);
+    /* Pieces set up at start keep their settings (restart keys); they point at the new copy. */
+    pw->rstore.cfg = &o->rstore;
+    if (pw->dcpool.socks)
+        pw->dcpool.socks = &o->socks5;
+    if (old && (old->dcs.n != g->dcs.n || memcmp(old->dcs.e, g->dcs.e, sizeof g->dcs.e)) &&
+        o->dc_pool) {
+        /* A new DC table: the pool of idle pre-connected sockets starts over (no client
+         * holds a pool socket: a claimed one belongs to its connection). */
+        struct dcpool_stats keep = pw->dcpool.stats;
+        dcpool_stop(&pw->dcpool);
+        dcpool_destroy(&pw->dcpool);
+        dcpool_init(&pw->dcpool, pw->w->loop, &g->dcs, o->dc_pool, &pw->sockopts,
+                    o->connect_timeout_ms / 1000.0, o->socks5_on ? &o->socks5 : NULL,
+                    &o->socks5_addr);
+        pw->dcpool.stats = keep;
+    } else {
+        pw->dcpool.dcs = &g->dcs;
+    }
+    if (old) { /* users the new generation does not have lose their connections */
+        for (struct conn *c = pw->live, *next; c; c = next) {
+            next = c->next;
+            if (c->uid >= 0 && ((uint32_t)c->uid >= g->nusers || !g->live[c->uid]))
+                conn_close(c, CR_USER_REMOVED);
+        }
+    }
+    const struct reload *r = g->r;
+    for (int i = 0; r && i < r->nhooks; i++)
+        if (r->hooks[i]->adopt)
+            r->hooks[i]->adopt(pw, g, g->hook_data[i], old);
+    gen_unref(old);
+}
+
+static void proxy_on_cmd(struct worker *w, int cmd)
+{
+    struct proxy_worker *pw = w->ctx;
+    if (cmd & PROXY_CMD_GEN) {
+        struct gen *g = atomic_exchange(&pw->next_gen, NULL);
+        if (g)
+            gen_adopt(pw, g);
+    }
+}
+
+void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
+{
+    gen_ref(g);
+    struct gen *prev = atomic_exchange(&pw->next_gen, g);
+    gen_unref(prev); /* a generation the worker never took: superseded */
+    worker_post(pw->w, PROXY_CMD_GEN);
+}
+
 void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
 {
     struct proxy_worker *pw = w->ctx;
@@ -1157,6 +1394,11 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     if (refused) {
         if (pw->opt->proxy_protocol)
             STAT_INC(&pw->stats.pp_untrusted);
+        close(fd);
+        worker_reserve_release(w);
+        return;
+    }
+    if (accept_rate_refuses(pw, peer)) {
         close(fd);
         worker_reserve_release(w);
         return;
@@ -1178,6 +1420,8 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->id = ++pw->next_id;
     c->peer = *peer;
     c->uid = -1;
+    c->gen = pw->gen;
+    gen_ref(c->gen);
     c->cli.fd = fd;
     c->dc.fd = -1;
     c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
@@ -1191,6 +1435,9 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     pw->live = c;
     ev_init(&c->timer, on_timer);
     c->timer.data = c;
+    ev_init(&c->rate_timer, on_rate_timer);
+    c->rate_timer.data = c;
+    handshake_start(c);
     if (conn_ciphers(c)) {
         conn_close(c, CR_NO_MEMORY);
         return;
@@ -1222,23 +1469,22 @@ void proxy_on_stop(struct worker *w)
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
     ev_timer_stop(w->loop, &pw->loglim_timer);
+    ev_timer_stop(w->loop, &pw->sweep_timer);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
 }
 
 /* --- worker setup ---------------------------------------------------------------------- */
 
-int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct options *opt,
-                      const struct dc_table *dcs, const struct mask_table *masks,
-                      struct replay *replay, int nworkers)
+int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
+                      struct users *users, struct replay *replay, int nworkers)
 {
     memset(pw, 0, sizeof *pw);
+    const struct options *opt = &g->opt;
+    const struct dc_table *dcs = &g->dcs;
     pw->w = w;
-    pw->opt = opt;
-    pw->dcs = dcs;
-    pw->masks = masks;
+    pw->users = users;
+    pw->nworkers = nworkers;
     pw->replay = replay;
-    for (int i = 0; i < opt->nsecrets; i++)
-        pw->tls_enabled |= opt->allow_ee && opt->secrets[i].kind == SECRET_EE;
     size_t per_conns = ((size_t)opt->max_connections + (size_t)nworkers - 1) / (size_t)nworkers;
     pool_init(&pw->conns, sizeof(struct conn), per_conns);
     size_t max_blocks = 0;
@@ -1277,6 +1523,14 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, const struct op
     rstore_init(&pw->rstore, w->loop, &opt->rstore);
     ev_init(&pw->loglim_timer, on_loglim_timer);
     pw->loglim_timer.data = pw;
+    ev_timer_init(&pw->sweep_timer, on_sweep_timer, 1.0, 1.0);
+    pw->sweep_timer.data = pw;
+    ev_timer_start(w->loop, &pw->sweep_timer);
+    if (opt->max_handshakes)
+        pw->handshakes_max = (uint32_t)((opt->max_handshakes + nworkers - 1) / nworkers);
+    gen_ref(g);
+    gen_adopt(pw, g);
+    w->on_cmd = proxy_on_cmd;
     w->ctx = pw;
     w->on_accept = proxy_on_accept;
     w->on_stop = proxy_on_stop;
@@ -1304,6 +1558,10 @@ void proxy_worker_destroy(struct proxy_worker *pw)
     pw->pipes = NULL;
     arena_destroy(&pw->arena);
     ipcount_free(&pw->strangers);
+    ipcount_free(&pw->accepts);
+    gen_unref(atomic_exchange(&pw->next_gen, NULL));
+    gen_unref(pw->gen);
+    pw->gen = NULL;
 }
 
 void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
@@ -1334,6 +1592,9 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(store_replays);
     ADD(store_failed);
     ADD(tls_hmacs);
+    ADD(user_refused);
+    ADD(acc_rate);
+    ADD(handshake_cap);
     ADD(strangers_refused);
     ADD(hello_budget);
     for (int i = 0; i < CR_COUNT; i++)

@@ -14,6 +14,7 @@
 #include "core/replay.h"
 #include "proto/http.h"
 #include "proxy/qr.h"
+#include "proxy/reload.h"
 
 /* The status page (src/proxy/status.html), embedded at build time. */
 extern const char metrics_status_html[];
@@ -49,7 +50,6 @@ int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
                     (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127) ||
                    (a->u.sa.sa_family == AF_INET6 &&
                     IN6_IS_ADDR_LOOPBACK(&a->u.in6.sin6_addr));
-    ms->port = metrics_link_host(opt, ms->host, sizeof ms->host);
     return 0;
 }
 
@@ -159,21 +159,43 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
     }
 }
 
-/* User i's (the i-th configured secret's) counters summed over workers; zeros without a
- * users registry. */
-static void user_totals_of(const struct metrics_shared *ms, int i, struct user_totals *t)
+/* User i's (g's i-th secret's) counters summed over workers. */
+static void user_totals_of(const struct gen *g, int i, struct user_totals *t)
 {
     memset(t, 0, sizeof *t);
-    const struct proxy_worker *pw = &ms->pws[0];
-    if (ms->nworkers && pw->users && pw->uid)
-        users_stats_sum(pw->users, pw->uid[i], t);
+    if (g->users && g->uid)
+        users_stats_sum(g->users, g->uid[i], t);
+}
+
+/* User i's quota (0 = none) and expiry (0 = never). */
+static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t *expires)
+{
+    const struct user_limit *l = g->lim ? g->lim[i] : NULL;
+    *quota = l ? l->quota : 0;
+    *expires = l ? l->expires : 0;
+}
+
+/* One sample per user with a quota (expiry 0) or an expiry (1): the quota left, or when. */
+static void emit_user_limit(const struct gen *g, const struct user_totals *t, struct emit *e,
+                            int expiry)
+{
+    for (int i = 0; i < g->opt.nsecrets; i++) {
+        uint64_t quota;
+        int64_t expires;
+        user_limits_of(g, i, &quota, &expires);
+        uint64_t v = expiry ? (uint64_t)expires
+                            : quota > t[i].quota_used ? quota - t[i].quota_used : 0;
+        if (expiry ? expires != 0 : quota != 0)
+            u64(e, expiry ? "user_expiry_timestamp_seconds" : "user_quota_remaining_bytes",
+                "user", g->opt.secrets[i].name, NULL, NULL, v);
+    }
 }
 
 /* The per-user families: one pass over the users per family (Prometheus wants a family's
  * samples together). */
-static void emit_users(const struct metrics_shared *ms, struct emit *e)
+static void emit_users(const struct gen *g, struct emit *e)
 {
-    const struct options *o = ms->opt;
+    const struct options *o = &g->opt;
     int n = o->nsecrets;
     struct user_totals *t = malloc((size_t)(n ? n : 1) * sizeof *t);
     if (!t) {
@@ -181,7 +203,7 @@ static void emit_users(const struct metrics_shared *ms, struct emit *e)
         return;
     }
     for (int i = 0; i < n; i++)
-        user_totals_of(ms, i, &t[i]);
+        user_totals_of(g, i, &t[i]);
     family(e, "user_bytes_total", "counter", "Payload bytes relayed per user.");
     for (int i = 0; i < n; i++) {
         u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "up", t[i].bytes_up);
@@ -202,6 +224,10 @@ static void emit_users(const struct metrics_shared *ms, struct emit *e)
                 users_refusal_name(r), t[i].refused[r]);
     family(e, "user_quota_remaining_bytes", "gauge",
            "Bytes left of each user's quota (users with a quota only).");
+    emit_user_limit(g, t, e, 0);
+    family(e, "user_expiry_timestamp_seconds", "gauge",
+           "When each user's access ends (users with an expiry only).");
+    emit_user_limit(g, t, e, 1);
     family(e, "user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.");
     for (int i = 0; i < n; i++)
         u64(e, "user_quota_used_bytes", "user", o->secrets[i].name, NULL, NULL,
@@ -210,16 +236,19 @@ static void emit_users(const struct metrics_shared *ms, struct emit *e)
 }
 
 /* Every metric, in either format. */
-static void emit_all(const struct metrics_shared *ms, const struct totals *t, struct emit *e)
+static void emit_all(const struct metrics_shared *ms, const struct gen *g,
+                     const struct totals *t, struct emit *e)
 {
     const struct proxy_stats *s = &t->s;
-    const struct options *o = ms->opt;
+    const struct options *o = &g->opt;
     family(e, "build_info", "gauge", "Build of this proxy (value 1).");
     sample(e, "build_info", "version", MTPROXY_VERSION, NULL, NULL, "1");
     family(e, "start_time_seconds", "gauge", "Start time, seconds since the Unix epoch.");
     u64(e, "start_time_seconds", NULL, NULL, NULL, NULL, (uint64_t)ms->start_time);
     single(e, "workers", "gauge", "Worker threads.", (uint64_t)ms->nworkers);
     single(e, "users", "gauge", "Users (secrets) configured.", (uint64_t)o->nsecrets);
+    single(e, "config_generation", "gauge", "Configuration generation (1 at start, +1 per "
+           "accepted reload).", g->serial);
 
     single(e, "connections_accepted_total", "counter", "Client connections accepted.",
            STAT_GET(&s->accepted));
@@ -309,7 +338,7 @@ static void emit_all(const struct metrics_shared *ms, const struct totals *t, st
     single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
            (uint64_t)o->dc_pool);
 
-    emit_users(ms, e);
+    emit_users(g, e);
 
     single(e, "relay_reads_total", "counter", "Relay read/splice calls.", STAT_GET(&s->reads));
     single(e, "relay_writes_total", "counter", "Relay write calls.", STAT_GET(&s->writes));
@@ -379,27 +408,31 @@ static void emit_all(const struct metrics_shared *ms, const struct totals *t, st
     u64(e, "http_requests_total", "outcome", "timeout", NULL, NULL, t->http.timeouts);
 }
 
-int metrics_render_prometheus(const struct metrics_shared *ms, struct sbuf *out)
+int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen *g,
+                              struct sbuf *out)
 {
     struct totals *t = malloc(sizeof *t);
     if (!t)
         return -1;
     totals_collect(ms, t);
     struct emit e = {.b = out, .json = 0, .first = 1};
-    emit_all(ms, t, &e);
+    emit_all(ms, g, t, &e);
     free(t);
     return out->failed ? -1 : 0;
 }
 
-int metrics_render_json(const struct metrics_shared *ms, int links, struct sbuf *out)
+int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, int links,
+                        struct sbuf *out)
 {
     struct totals *t = malloc(sizeof *t);
     if (!t)
         return -1;
     totals_collect(ms, t);
     const struct proxy_stats *s = &t->s;
-    const struct options *o = ms->opt;
+    const struct options *o = &g->opt;
     time_t now = time(NULL);
+    char host[256];
+    int port = metrics_link_host(o, host, sizeof host);
     sbuf_printf(out,
                 "{\"version\":\"%s\",\"start_time\":%lld,\"now\":%lld,\"uptime\":%lld,"
                 "\"workers\":%d,\"links\":%s,\"summary\":{\"accepted\":%llu,\"active\":%llu,"
@@ -418,23 +451,32 @@ int metrics_render_json(const struct metrics_shared *ms, int links, struct sbuf 
     for (int i = 0; i < o->nsecrets; i++) {
         const struct secret *sec = &o->secrets[i];
         struct user_totals ut;
-        user_totals_of(ms, i, &ut);
+        user_totals_of(g, i, &ut);
+        uint64_t quota;
+        int64_t expires;
+        user_limits_of(g, i, &quota, &expires);
+        char ql[32] = "null", ex[32] = "null";
+        if (quota)
+            snprintf(ql, sizeof ql, "%llu",
+                     (unsigned long long)(quota > ut.quota_used ? quota - ut.quota_used : 0));
+        if (expires)
+            snprintf(ex, sizeof ex, "%lld", (long long)expires);
         sbuf_printf(out,
                     "%s{\"name\":\"%s\",\"kind\":\"%s\",\"bytes_up\":%llu,\"bytes_down\":%llu,"
                     "\"active\":%llu,\"connections\":%llu,\"quota_used\":%llu,"
-                    "\"quota_left\":null,\"expires\":null",
+                    "\"quota_left\":%s,\"expires\":%s",
                     i ? "," : "", sec->name, sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain",
                     (unsigned long long)ut.bytes_up, (unsigned long long)ut.bytes_down,
                     (unsigned long long)ut.active, (unsigned long long)ut.conns,
-                    (unsigned long long)ut.quota_used);
+                    (unsigned long long)ut.quota_used, ql, ex);
         char tg[1024], https[1024];
-        if (links && !secret_links(sec, ms->host, ms->port, tg, sizeof tg, https, sizeof https))
+        if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
         sbuf_printf(out, "}");
     }
     sbuf_printf(out, "],\"metrics\":[");
     struct emit e = {.b = out, .json = 1, .first = 1};
-    emit_all(ms, t, &e);
+    emit_all(ms, g, t, &e);
     sbuf_printf(out, "\n]}\n");
     free(t);
     return out->failed ? -1 : 0;
@@ -560,7 +602,9 @@ static void respond_text(struct metrics_conn *m, int code, const char *text, int
 static void serve(struct metrics_conn *m, const struct http_request *rq)
 {
     const struct metrics_shared *ms = m->mw->ms;
-    const char *token = ms->opt->metrics_token;
+    /* This worker's current generation: its users, links and token. */
+    const struct gen *g = ((const struct proxy_worker *)m->mw->w->ctx)->gen;
+    const char *token = g->opt.metrics_token;
     int head = rq->method == HTTP_HEAD;
     if (token[0] && !((rq->has_bearer && http_token_equal(rq->bearer, token)) ||
                       (rq->has_token && http_token_equal(rq->token, token)))) {
@@ -573,10 +617,10 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
     struct sbuf body = {.max = METRICS_BODY_MAX};
     const char *type = NULL;
     if (!strcmp(rq->path, "/metrics")) {
-        metrics_render_prometheus(ms, &body);
+        metrics_render_prometheus(ms, g, &body);
         type = "text/plain; version=0.0.4; charset=utf-8";
     } else if (!strcmp(rq->path, "/stats")) {
-        metrics_render_json(ms, links, &body);
+        metrics_render_json(ms, g, links, &body);
         type = "application/json";
     } else if (!strcmp(rq->path, "/")) {
         sbuf_add(&body, metrics_status_html, metrics_status_html_len);
@@ -585,12 +629,14 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
         /* /qr/NAME.svg: the t.me link of user NAME. */
         const char *name = rq->path + 4;
         size_t n = strlen(name);
-        const struct options *o = ms->opt;
+        const struct options *o = &g->opt;
+        char host[256];
+        int port = metrics_link_host(o, host, sizeof host);
         for (int i = 0; n > 4 && !strcmp(name + n - 4, ".svg") && i < o->nsecrets; i++) {
             if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
                 continue;
             char tg[1024], https[1024];
-            if (!secret_links(&o->secrets[i], ms->host, ms->port, tg, sizeof tg, https,
+            if (!secret_links(&o->secrets[i], host, port, tg, sizeof tg, https,
                               sizeof https) &&
                 !qr_svg(https, 4, &body))
                 type = "image/svg+xml";

@@ -117,6 +117,64 @@ int options_find_secret(const struct options *o, const char *name)
     return v ? (int)v - 1 : -1;
 }
 
+static int parse_limit(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    struct user_limit l;
+    if (users_limit_parse(v, &l, err, errlen))
+        return -1;
+    for (int i = 0; i < o->nlimits; i++) {
+        if (!strcmp(o->limits[i].name, l.name)) {
+            snprintf(err, errlen, "a second limit line for '%s' (put every limit of a user on "
+                                  "one line)", l.name);
+            return -1;
+        }
+    }
+    if (o->nlimits == o->limits_cap) {
+        int cap = o->limits_cap ? o->limits_cap * 2 : 8;
+        if (cap > OPT_MAX_SECRETS) {
+            snprintf(err, errlen, "at most %d limit lines", OPT_MAX_SECRETS);
+            return -1;
+        }
+        struct user_limit *n = realloc(o->limits, (size_t)cap * sizeof *n);
+        if (!n) {
+            snprintf(err, errlen, "out of memory for limits");
+            return -1;
+        }
+        o->limits = n;
+        o->limits_cap = cap;
+    }
+    o->limits[o->nlimits++] = l;
+    return 0;
+}
+
+static void reset_limit(void *conf)
+{
+    ((struct options *)conf)->nlimits = 0;
+}
+
+static int parse_accept_rate(void *conf, const char *v, char *err, size_t errlen)
+{
+    char num[32];
+    size_t n = strlen(v);
+    if (n >= 2 && !strcmp(v + n - 2, "/s"))
+        n -= 2;
+    long long r = -1;
+    char e[64];
+    if (n < sizeof num) {
+        memcpy(num, v, n);
+        num[n] = 0;
+        if (config_parse_int(num, &r, e, sizeof e))
+            r = -1;
+    }
+    if (r < 0 || r > 1000000) {
+        snprintf(err, errlen, "accept-rate must be N/s with N in 0..1000000, got '%s'", v);
+        return -1;
+    }
+    ((struct options *)conf)->accept_rate = (unsigned)r;
+    return 0;
+}
+
 /* "ID ADDRESS:PORT": the first line for an id replaces the built-in addresses of that id. */
 static int parse_dc(void *conf, const char *v, char *err, size_t errlen)
 {
@@ -268,6 +326,19 @@ const struct config_option options_table[] = {
              "digits + the hex of a domain (FakeTLS: looks like HTTPS to that domain, which "
              "non-clients are fronted to). NAME labels it in logs. Repeat for several. With "
              "none, a plain one is generated and kept in state-file."},
+    {.name = "limit", .type = CFG_CUSTOM, .flags = CFG_REPEAT,
+     .arg = "'NAME [conns=N] [ips=N] [quota=SIZE] [expires=DATE] [rate=SIZE/s]'",
+     .parse = parse_limit, .reset = reset_limit,
+     .help = "Limits of the user (secret) NAME, each optional: conns = concurrent connections; "
+             "ips = distinct client addresses within ips-window; quota = bytes both ways, kept "
+             "across restarts in state-file (a user past it is cut off, live connections "
+             "too); expires = YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC); rate = bytes per "
+             "second each way, shared by the user's connections (e.g. 1M/s). A refused client "
+             "is treated like a bad one (ee: fronted; others: held, then closed); logged once "
+             "per user per minute and counted per user and reason. One line per user."},
+    {.name = "ips-window", .type = CFG_DURATION, .offset = OFF(ips_window_ms), .def = "1h",
+     .min = 1000, .arg = "DURATION", .help = "How long a client address counts against a "
+     "user's ips limit after its last connection ended."},
     {.name = "dc", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "'ID ADDRESS:PORT'",
      .parse = parse_dc, .reset = reset_dc,
      .help = "An address of Telegram data centre ID (negative = media, 203 = CDN, any id may "
@@ -487,6 +558,14 @@ const struct config_option options_table[] = {
      "from one address that have not proven a secret (handshaking, held or fronted); more "
      "are closed at once and counted. Clients that proved a secret do not count, so many "
      "users behind one NAT are not limited. 0 = no limit."},
+    {.name = "accept-rate", .type = CFG_CUSTOM, .arg = "N/s", .def = "0/s",
+     .parse = parse_accept_rate, .help = "New connections accepted per second from one source "
+     "address (bursts of up to N); more are closed at once and counted (acc_rate). 0 = no "
+     "limit."},
+    {.name = "max-handshakes", .type = CFG_INT, .offset = OFF(max_handshakes), .def = "0",
+     .min = 0, .max = 1 << 24, .arg = "N", .help = "Most connections, whole process, that "
+     "have not finished their handshake; past it the oldest is closed (counted as "
+     "handshake_cap). 0 = no limit."},
     {.name = "connect-timeout", .type = CFG_DURATION, .offset = OFF(connect_timeout_ms),
      .def = "5s", .min = 100, .arg = "DURATION", .help = "Time to connect to one DC address "
      "before trying the next."},
@@ -508,6 +587,9 @@ const struct config_option options_table[] = {
     {.name = "log", .type = CFG_STRING, .offset = OFF(log), .str_size = OPT_PATH_MAX,
      .def = "stderr", .arg = "stderr|syslog|PATH", .help = "Where logs go. A file is "
      "reopened on SIGHUP (for log rotation)."},
+    {.name = "log-connections", .type = CFG_BOOL, .offset = OFF(log_connections),
+     .def = "on", .arg = "on|off", .help = "One info line per closed client connection: user, "
+     "client address, DC, kind, bytes each way, duration, close reason (never a secret)."},
     {.name = "user", .type = CFG_STRING, .offset = OFF(user), .str_size = 64, .arg = "USER",
      .help = "Drop privileges to this user after binding the listening sockets."},
     {.name = "pidfile", .type = CFG_STRING, .offset = OFF(pidfile), .str_size = OPT_PATH_MAX,
@@ -523,6 +605,9 @@ const size_t options_count = sizeof options_table / sizeof options_table[0];
 
 void options_free(struct options *o)
 {
+    free(o->limits);
+    o->limits = NULL;
+    o->nlimits = o->limits_cap = 0;
     free(o->secrets);
     free(o->secret_slots);
     o->secrets = NULL;
@@ -592,6 +677,9 @@ int options_validate(struct config_parser *p, struct options *o)
             ERR("secret %s is of a kind that allow-plain/allow-dd/allow-ee forbid",
                 o->secrets[i].name);
     }
+    for (int i = 0; i < o->nlimits; i++)
+        if (options_find_secret(o, o->limits[i].name) < 0)
+            ERR("limit %s: no secret has that name", o->limits[i].name);
     if (!o->dc_builtin) {
         int found = 0;
         for (int i = 0; i < o->ndcs; i++)
@@ -603,9 +691,21 @@ int options_validate(struct config_parser *p, struct options *o)
     return p->errors.count - before;
 }
 
+static int skip_value(void *conf, const char *v, char *err, size_t errlen)
+{
+    return 0;
+}
+
+static void skip_reset(void *conf)
+{
+}
+
+/* The state file holds the generated secret and what users.c keeps (quota-used lines). */
 static const struct config_option state_table[] = {
     {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = parse_secret,
      .reset = reset_secret, .help = "generated secret"},
+    {.name = "quota-used", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = skip_value,
+     .reset = skip_reset, .help = "read by users_state_load"},
 };
 
 int options_load_state(struct options *o, const char *path, char *err, size_t errlen)
@@ -613,7 +713,7 @@ int options_load_state(struct options *o, const char *path, char *err, size_t er
     if (access(path, F_OK) != 0)
         return 0;
     struct config_parser p;
-    config_init(&p, state_table, 1, o);
+    config_init(&p, state_table, 2, o);
     if (config_load_file(&p, path) || o->nsecrets == 0) {
         snprintf(err, errlen, "%s", p.errors.count ? p.errors.msg[0] : "no secret in state file");
         if (!p.errors.count)
@@ -623,19 +723,37 @@ int options_load_state(struct options *o, const char *path, char *err, size_t er
     return 1;
 }
 
-int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen)
+int options_save_state_text(const struct secret *s, const char *extra, const char *path,
+                            char *err, size_t errlen)
 {
-    char hex[2 * (SECRET_KEY_LEN + 1 + SECRET_DOMAIN_MAX) + 1];
-    secret_to_hex(s, hex, sizeof hex);
-    char buf[sizeof hex + 256];
-    int n = snprintf(buf, sizeof buf,
-                     "# mtproxy state: the secret generated at first start (no secret was "
-                     "configured).\n# Keep it private. Delete this file to get a new one.\n"
-                     "secret = %s:%s\n", s->name, hex);
+    char hex[2 * (SECRET_KEY_LEN + 1 + SECRET_DOMAIN_MAX) + 1] = "";
+    if (s)
+        secret_to_hex(s, hex, sizeof hex);
+    size_t xl = extra ? strlen(extra) : 0, cap = sizeof hex + 512 + xl;
+    char *buf = malloc(cap);
+    if (!buf) {
+        snprintf(err, errlen, "cannot write state file: out of memory");
+        return -1;
+    }
+    int n = snprintf(buf, cap, "# mtproxy state: %s\n# Keep it private.%s\n",
+                     s ? "the secret generated at first start (no secret was configured)"
+                       : "the quota each user has used",
+                     s ? " Delete this file to get a new one." : "");
+    if (s)
+        n += snprintf(buf + n, cap - (size_t)n, "secret = %s:%s\n", s->name, hex);
+    if (xl)
+        memcpy(buf + n, extra, xl);
     char e[512];
-    if (fs_write_atomic(path, buf, (size_t)n, 0600, (uid_t)-1, e, sizeof e)) {
+    int rc = fs_write_atomic(path, buf, (size_t)n + xl, 0600, (uid_t)-1, e, sizeof e);
+    free(buf);
+    if (rc) {
         snprintf(err, errlen, "cannot write state file: %s", e);
         return -1;
     }
     return 0;
+}
+
+int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen)
+{
+    return options_save_state_text(s, NULL, path, err, errlen);
 }

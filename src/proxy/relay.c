@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -42,9 +43,11 @@ void relay_watch(struct conn *c)
 {
     size_t max = c->pw->opt->max_buffer;
     unsigned ce = 0, de = 0;
-    if (!c->cli.rd_eof && c->dc.queued < max && !c->dc.pipe_full && !c->waiting_block)
+    if (!c->cli.rd_eof && c->dc.queued < max && !c->dc.pipe_full && !c->waiting_block &&
+        !c->rate_until[0])
         ce |= EV_READ;
-    if (!c->dc.rd_eof && c->cli.queued < max && !c->cli.pipe_full && !c->waiting_block)
+    if (!c->dc.rd_eof && c->cli.queued < max && !c->cli.pipe_full && !c->waiting_block &&
+        !c->rate_until[1])
         de |= EV_READ;
     /* write-batch-mode buffer: a batched write waits for the batch timer */
     int hold = c->batched && c->pw->opt->write_batch_mode == WB_BUFFER;
@@ -478,6 +481,33 @@ static inline void relay_count(const struct relay_dir *d, uint64_t n)
             STAT_ADD(d->stat_bytes[i], n);
 }
 
+/* Bytes a rate-limited user's connection may read at once (and the GCRA burst). */
+static size_t rate_burst(uint64_t rate)
+{
+    uint64_t b = rate / 16;
+    return b < 4096 ? 4096 : (size_t)b;
+}
+
+/* The user's limits on n bytes just relayed in direction dir (0 up, 1 down): the quota
+ * (used up: the connection ends) and the rate (over it: this direction pauses). Returns -1 if
+ * c was closed, 1 if paused, 0 to go on. */
+static int user_limits(struct conn *c, int dir, size_t n)
+{
+    const struct user_limit *l = c->lim;
+    struct users *u = c->pw->users;
+    if (l->quota && users_charge(u, (uint32_t)c->uid, l->quota, n))
+        return conn_close(c, CR_LIMIT);
+    if (l->rate) {
+        double w = users_rate_take(u, (uint32_t)c->uid, dir, l->rate, rate_burst(l->rate), n,
+                                   ev_now(c->pw->w->loop));
+        if (w > 0) {
+            conn_rate_pause(c, dir, w);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Moves bytes along one direction and writes them out. One function for both directions.
  * Returns 0, or -1 if the connection was closed. */
 static int relay_pump(struct conn *c, const struct relay_dir *d)
@@ -487,6 +517,8 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
     struct crypto_ctr *dec = d->dec, *enc = d->enc;
     size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
     size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
+    int dir = src == &c->cli ? 0 : 1;
+    size_t cap = c->lim && c->lim->rate ? rate_burst(c->lim->rate) : SIZE_MAX;
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
         if (dst->queued + hdr >= max)
             break;
@@ -498,6 +530,8 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             size_t room = max - dst->queued;
             if (room > (size_t)pw->pipe_size - dst->piped)
                 room = (size_t)pw->pipe_size - dst->piped;
+            if (room > cap)
+                room = cap;
             ssize_t n = splice(src->fd, NULL, dst->pipe_w, NULL, room,
                                SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             STAT_INC(&pw->stats.reads);
@@ -509,6 +543,13 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
                 c->last_io = ev_now(pw->w->loop);
                 if (flush_or_batch(c, dst, src))
                     return -1;
+                if (c->lim) {
+                    int l = user_limits(c, dir, (size_t)n);
+                    if (l < 0)
+                        return -1;
+                    if (l)
+                        break;
+                }
                 if ((size_t)n < room)
                     break;
                 continue;
@@ -567,6 +608,8 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             room = FAKETLS_MAX_PAYLOAD;
         if (room > max - dst->queued - hdr)
             room = max - dst->queued - hdr;
+        if (room > cap)
+            room = cap;
         uint8_t *p = b->data + b->end;
         ssize_t n = read(src->fd, p, room);
         STAT_INC(&pw->stats.reads);
@@ -601,6 +644,13 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             c->last_io = ev_now(pw->w->loop);
             if (flush_or_batch(c, dst, src))
                 return -1;
+            if (c->lim && m) {
+                int l = user_limits(c, dir, m);
+                if (l < 0)
+                    return -1;
+                if (l)
+                    break;
+            }
             if ((size_t)n < room)
                 break; /* the socket is drained: another read would only say EAGAIN */
             continue;

@@ -323,6 +323,13 @@ int tools_doctor(const struct options *o, const struct config_errors *errors, in
                  FILE *f)
 {
     struct doc d = {.f = f};
+    if (!o) { /* the config could not be built: its errors are all there is to say */
+        for (int i = 0; i < errors->count && i < CONFIG_MAX_ERRORS; i++)
+            say(&d, "FAIL", "config", "edit the line named (mtproxy --help lists every key)",
+                "%s", errors->msg[i]);
+        fprintf(f, "(the other checks need a configuration that loads)\n%d failed\n", d.fails);
+        return d.fails ? d.fails : 1;
+    }
     if (errors->count) {
         int shown = errors->count < CONFIG_MAX_ERRORS ? errors->count : CONFIG_MAX_ERRORS;
         for (int i = 0; i < shown; i++)

@@ -560,3 +560,44 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
     atomic_store(&users_shared(u, (uint32_t)id)->used, v);
     return 0;
 }
+
+static int state_quota(void *conf, const char *v, char *err, size_t errlen)
+{
+    return users_state_apply(conf, v, err, errlen);
+}
+
+static int state_skip(void *conf, const char *v, char *err, size_t errlen)
+{
+    return 0;
+}
+
+static void state_reset(void *conf)
+{
+}
+
+int users_state_load(struct users *u, const char *path, char *err, size_t errlen)
+{
+    static const struct config_option table[] = {
+        {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = state_skip,
+         .reset = state_reset},
+        {.name = "quota-used", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = state_quota,
+         .reset = state_reset},
+    };
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0; /* none yet */
+    fclose(f);
+    struct config_parser *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    config_init(p, table, 2, u);
+    int rc = 0;
+    if (config_load_file(p, path)) {
+        snprintf(err, errlen, "state file: %s", p->errors.msg[0]);
+        rc = -1;
+    }
+    free(p);
+    return rc;
+}

@@ -332,6 +332,10 @@ class Procs:
     def proxy(self, secrets, dcs, **kw):
         if not self.bins["mtproxy"]:
             pytest.skip("MTPROXY_BIN not set or not executable")
+        # One mtproxy per state file (it is locked): a second live proxy gets its own name.
+        name = kw.get("name", "mtproxy")
+        if any(isinstance(p, Proxy) and p.name == name and p.alive() for p in self.all):
+            kw["name"] = f"{name}{len(self.all)}"
         p = Proxy(self.bins, self.workdir, secrets, dcs, **kw)
         self.all.append(p)
         return p

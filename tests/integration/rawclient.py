@@ -85,3 +85,17 @@ def push(s, total, chunk=65536, deadline_s=3.0):
         except OSError:
             break
     return sent
+
+
+def recv_upto(s, n=64):
+    """Reads until n bytes, EOF, a reset or the socket's timeout; returns what came."""
+    got = b""
+    try:
+        while len(got) < n:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return got

@@ -601,3 +601,39 @@ def test_malformed_http_and_slowloris_beside_a_download(procs, tmp_path):
     assert val(smp, "mtproxy_http_requests_total", outcome="evicted") + \
         val(smp, "mtproxy_http_requests_total", outcome="timeout") >= 900
     assert env.proxy.alive()
+
+
+# --- limits and reload (#14) as the metrics show them ---------------------------------------------
+
+def test_quota_expiry_and_reload(procs, tmp_path):
+    quota = 10 << 20
+    env = Env(procs, extra=["--limit", f"alice quota={quota} expires=2030-01-01"])
+    assert_ok(env.client("alice", "ef", 1000, 1 << 20))
+    smp = samples(http_get(env.mport, "/metrics")[2].decode())
+    used = val(smp, "mtproxy_user_quota_used_bytes", user="alice")
+    assert used >= (1 << 20) + 1000
+    assert val(smp, "mtproxy_user_quota_remaining_bytes", user="alice") == quota - used
+    assert val(smp, "mtproxy_user_expiry_timestamp_seconds", user="alice") == 1893456000
+    assert ("mtproxy_user_quota_remaining_bytes", frozenset({("user", "bob")})) not in smp
+    users = {u["name"]: u for u in json.loads(http_get(env.mport, "/stats")[2])["users"]}
+    assert users["alice"]["quota_left"] == quota - used and users["alice"]["expires"] == 1893456000
+    assert users["bob"]["quota_left"] is None and users["bob"]["expires"] is None
+
+
+def test_reload_changes_users_and_token(procs, tmp_path):
+    dc = procs.fake_dc([(i, "normal") for i in DC_IDS])
+    mport = free_ports(1)[0]
+    conf = tmp_path / "m.conf"
+    base = "".join(f"dc = {i} {dc.addr(i)}\n" for i in DC_IDS)
+    base += f"metrics = 127.0.0.1:{mport}\n"
+    conf.write_text(base + f"secret = alice:{new_secret()}\n")
+    proxy = procs.proxy([], [], extra=["--config", str(conf)])
+    assert wait_until(lambda: http_get(mport, "/metrics", timeout=2)[0] == 200, 10)
+    assert 'user="alice"' in http_get(mport, "/metrics")[2].decode()
+    conf.write_text(base + f"secret = dave:{new_secret()}\nmetrics-token = t0k\n")
+    os.kill(proxy.pid, 1)  # SIGHUP
+    assert wait_until(lambda: http_get(mport, "/metrics")[0] == 401, 10), \
+        proxy.stderr_tail()
+    text = http_get(mport, "/metrics?token=t0k")[2].decode()
+    assert 'user="dave"' in text and 'user="alice"' not in text
+    assert samples(text)[("mtproxy_config_generation", frozenset())] == 2

@@ -362,8 +362,10 @@ static void test_file_quotes(void **state) {
     (void)state;
     assert_int_equal(load_text("name = \"\"\n"), 1); /* quotes around nothing: no value */
     assert_true(has_error("t.conf:1: missing value for 'name'"));
-    assert_int_equal(load_text("name = \"x\n"), 0); /* one quote is kept as is */
-    assert_string_equal(C.name, "\"x");
+    assert_int_equal(load_text("name = \"x\n"), 1); /* an unterminated quote is an error */
+    assert_true(has_error("t.conf:1: unterminated quote in the value of 'name'"));
+    assert_int_equal(load_text("name = x\"\n"), 1);
+    assert_int_equal(load_text("name = \"\n"), 1);
     assert_int_equal(load_text("name = \" sp \"\n"), 0); /* inside quotes, spaces stay */
     assert_string_equal(C.name, " sp ");
 }
@@ -394,7 +396,7 @@ static void test_file_bad_lines_all_reported(void **state) {
 
 static void test_file_line_numbers_crlf_and_no_final_newline(void **state) {
     (void)state;
-    assert_int_equal(load_text("num = 1\r\n\r\nnum = x\r\nnum = 9"), 1);
+    assert_int_equal(load_text("flag = on\r\n\r\nnum = x\r\nnum = 9"), 1);
     assert_string_equal(P.errors.msg[0], "t.conf:3: 'x' is not an integer");
     assert_int_equal(C.num, 9);
 }
@@ -404,7 +406,7 @@ static void test_file_long_line(void **state) {
     size_t n = CONFIG_LINE_MAX + 100;
     char *text = malloc(n + 64);
     assert_non_null(text);
-    strcpy(text, "num = 2\nname = ");
+    strcpy(text, "flag = on\nname = ");
     size_t at = strlen(text);
     memset(text + at, 'a', n);
     strcpy(text + at + n, "\nnum = 4\n");
@@ -483,10 +485,25 @@ static void test_args_errors(void **state) {
     char *argv[] = {"positional", "--nope", "1", "--num", "x", "--num"};
     assert_int_equal(config_load_args(&P, 6, argv), 4);
     assert_string_equal(P.errors.msg[0], "'positional': expected --key value");
-    assert_string_equal(P.errors.msg[1], "--nope: unknown key 'nope'");
+    assert_string_equal(P.errors.msg[1], "--nope: unknown key");
     assert_string_equal(P.errors.msg[2], "--num: 'x' is not an integer");
     assert_string_equal(P.errors.msg[3], "--num: missing value");
     assert_int_equal(C.num, 5);
+}
+
+static void test_unknown_key_last_and_repeated_key(void **state) {
+    (void)state;
+    char *argv[] = {"--bogus"}; /* an unknown key, even with no value after it */
+    assert_int_equal(config_load_args(&P, 1, argv), 1);
+    assert_string_equal(P.errors.msg[0], "--bogus: unknown key");
+    /* a key that may be given once, twice in the file: an error naming both lines */
+    assert_int_equal(load_text("num = 1\nflag = on\nnum = 2\n"), 1);
+    assert_true(has_error("t.conf:3: 'num' is already set at line 1 (it may be given once)"));
+    assert_int_equal(C.num, 1);
+    /* the command line may still override the file */
+    char *argv2[] = {"--num", "7", "--num", "8"};
+    assert_int_equal(config_load_args(&P, 4, argv2), 0);
+    assert_int_equal(C.num, 8);
 }
 
 static void test_repeat_replaced_by_higher_source(void **state) {
@@ -544,6 +561,7 @@ int main(void) {
         cmocka_unit_test_setup(test_load_file, setup),
         cmocka_unit_test_setup(test_args_forms, setup),
         cmocka_unit_test_setup(test_args_errors, setup),
+        cmocka_unit_test_setup(test_unknown_key_last_and_repeated_key, setup),
         cmocka_unit_test_setup(test_repeat_replaced_by_higher_source, setup),
         cmocka_unit_test_setup(test_help, setup),
     };

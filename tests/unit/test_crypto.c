@@ -241,10 +241,31 @@ static void test_memeq(void **state) {
     assert_int_equal(crypto_memeq(a, b, 0), 1);
 }
 
+/* crypto_ctr_block gives the same bytes as the stream at that block, also when the counter
+ * carries across bytes (iv ending in ff ff). */
+static void test_ctr_block_matches_stream(void **state) {
+    (void)state;
+    uint8_t key[32], iv[16], zero[16 * 300] = {0}, stream[sizeof zero], blk[16];
+    for (int round = 0; round < 3; round++) {
+        crypto_random(key, sizeof key);
+        crypto_random(iv, sizeof iv);
+        if (round == 1)
+            memset(iv + 12, 0xff, 4);
+        if (round == 2)
+            memset(iv, 0xff, 16); /* wraps around */
+        crypto_ctr_oneshot(key, iv, zero, stream, sizeof stream);
+        for (uint32_t b = 0; b < 300; b += 1 + b / 7) {
+            crypto_ctr_block(key, iv, b, blk);
+            assert_memory_equal(blk, stream + 16 * b, 16);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ctr_nist_f55),
         cmocka_unit_test(test_ctr_oneshot_nist),
+        cmocka_unit_test(test_ctr_block_matches_stream),
         cmocka_unit_test(test_ctr_counter_carry),
         cmocka_unit_test(test_ctr_chunks_equal_oneshot),
         cmocka_unit_test(test_ctr_reinit_resets),

@@ -50,7 +50,10 @@ gen() {
 
 check_config() {
     # shellcheck disable=SC2086 # the wrapper is a command with arguments
-    $wrapper "$MTPROXY_BIN" --check-config --config "$1" >"$2" 2>&1
+    # The router's paths (/etc/mtproxy for the state file) do not exist here: --check-config
+    # checks that the state file's directory exists, so it is pointed into the work dir.
+    $wrapper "$MTPROXY_BIN" --check-config --config "$1" --state-file "$work/check.state" \
+        >"$2" 2>&1
 }
 
 good() {

@@ -1,0 +1,259 @@
+/* reload.c: builds and checks a config generation whole (start and SIGHUP), refcounts it. */
+#include "proxy/reload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,
+                 char **argv)
+{
+    memset(r, 0, sizeof *r);
+    r->users = users;
+    r->config_path = config_path;
+    r->argc = argc;
+    r->argv = argv;
+}
+
+int reload_hook_add(struct reload *r, const struct reload_hook *h)
+{
+    if (r->nhooks == RELOAD_MAX_HOOKS)
+        return -1;
+    r->hooks[r->nhooks] = h;
+    return r->nhooks++;
+}
+
+static void gen_free(struct gen *g)
+{
+    if (g->r)
+        for (int i = 0; i < g->r->nhooks; i++)
+            if (g->hook_data[i] && g->r->hooks[i]->free)
+                g->r->hooks[i]->free(g->hook_data[i]);
+    acl_free(&g->acl);
+    options_free(&g->opt);
+    free(g->uid);
+    free(g->lim);
+    free(g->live);
+    free(g);
+}
+
+void gen_ref(struct gen *g)
+{
+    atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+}
+
+void gen_unref(struct gen *g)
+{
+    if (g && atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1)
+        gen_free(g);
+}
+
+static void copy_errors(struct config_errors *dst, const struct config_errors *src)
+{
+    int shown = src->count < CONFIG_MAX_ERRORS ? src->count : CONFIG_MAX_ERRORS;
+    for (int i = 0; i < shown && dst->count < CONFIG_MAX_ERRORS; i++)
+        memcpy(dst->msg[dst->count++], src->msg[i], CONFIG_ERR_LEN);
+    dst->count += src->count - shown;
+}
+
+static void add_error(struct config_errors *e, const char *msg)
+{
+    if (e->count < CONFIG_MAX_ERRORS)
+        snprintf(e->msg[e->count], CONFIG_ERR_LEN, "%s", msg);
+    e->count++;
+}
+
+int gen_map_users(struct gen *g)
+{
+    const struct options *o = &g->opt;
+    size_t n = (size_t)o->nsecrets + 1;
+    uint32_t *uid = realloc(g->uid, n * sizeof *uid);
+    if (!uid)
+        return -1;
+    g->uid = uid;
+    const struct user_limit **lim = realloc(g->lim, n * sizeof *lim);
+    if (!lim)
+        return -1;
+    g->lim = lim;
+    for (int i = 0; i < o->nsecrets; i++) {
+        int32_t id = users_intern(g->users, o->secrets[i].name);
+        if (id < 0)
+            return -1;
+        g->uid[i] = (uint32_t)id;
+        g->lim[i] = NULL;
+    }
+    for (int i = 0; i < o->nlimits; i++) {
+        int s = options_find_secret(o, o->limits[i].name);
+        if (s >= 0)
+            g->lim[s] = &o->limits[i];
+    }
+    g->nusers = users_count(g->users);
+    free(g->live);
+    if (!(g->live = calloc(g->nusers + 1, 1)))
+        return -1;
+    for (int i = 0; i < o->nsecrets; i++)
+        g->live[g->uid[i]] = 1;
+    return 0;
+}
+
+struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs)
+{
+    struct gen *g = calloc(1, sizeof *g);
+    struct config_parser *p = calloc(1, sizeof *p);
+    if (!g || !p) {
+        free(g);
+        free(p);
+        add_error(errs, "out of memory for a new configuration");
+        return NULL;
+    }
+    atomic_init(&g->refs, 1);
+    g->users = r->users;
+    options_init(p, &g->opt);
+    if (r->config_path)
+        config_load_file(p, r->config_path);
+    config_load_args(p, r->argc, r->argv);
+    options_validate(p, &g->opt);
+    /* The access list's files are read here, so their bad lines are reported as PATH:LINE. */
+    acl_build(&g->acl, &g->opt, &p->errors);
+    copy_errors(errs, &p->errors);
+    free(p);
+    char e[CONFIG_ERR_LEN];
+    if (!errs->count && (options_resolve_socks5(&g->opt, e, sizeof e) ||
+                         rstore_resolve(&g->opt.rstore, e, sizeof e)))
+        add_error(errs, e);
+    if (!errs->count && mask_table_build(&g->masks, &g->opt, e, sizeof e))
+        add_error(errs, e);
+    if (!errs->count && !g->opt.nsecrets && old && old->state_secret &&
+        !strcmp(old->opt.state_file, g->opt.state_file)) {
+        /* No secret configured: the generated one (from state-file) stays. */
+        for (int i = 0; i < old->opt.nsecrets && !errs->count; i++)
+            if (options_add_secret(&g->opt, &old->opt.secrets[i], e, sizeof e))
+                add_error(errs, e);
+    }
+    if (!errs->count && !g->opt.nsecrets && old)
+        add_error(errs, "no secret configured (a secret is generated only at start)");
+    if (!errs->count)
+        dc_table_build(&g->dcs, &g->opt);
+    if (!errs->count && g->users && g->opt.nsecrets && gen_map_users(g))
+        add_error(errs, "out of memory for the users table");
+    g->r = r;
+    for (int i = 0; i < r->nhooks && !errs->count; i++)
+        if (r->hooks[i]->build && r->hooks[i]->build(g, old, &g->hook_data[i], errs) &&
+            !errs->count)
+            add_error(errs, "reload hook failed");
+    if (errs->count) {
+        gen_unref(g);
+        return NULL;
+    }
+    return g;
+}
+
+void reload_commit(struct reload *r, struct gen *g)
+{
+    g->serial = ++r->serial;
+}
+
+/* Keys read once at start (sockets, pools, caches, privileges): a change waits for a
+ * restart. */
+static const char *const restart_keys[] = {
+    "listen", "workers", "user", "daemonize", "pidfile", "state-file", "log",
+    "block-size", "max-buffer", "buffer-memory", "mask-buffer-memory", "max-connections",
+    "backlog", "buffers", "replay-cache", "replay-store", "replay-store-fail",
+    "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
+    "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
+    "metrics",
+};
+
+/* Size of an option's field by its type (custom keys that need a restart compare their own
+ * fields below). */
+static size_t field_size(const struct config_option *o)
+{
+    switch (o->type) {
+    case CFG_BOOL:
+    case CFG_INT:
+    case CFG_ENUM:
+        return sizeof(int);
+    case CFG_SIZE:
+        return sizeof(size_t);
+    case CFG_DURATION:
+        return sizeof(unsigned);
+    case CFG_STRING:
+        return o->str_size;
+    default:
+        return 0;
+    }
+}
+
+/* 1 if key differs between a and b; then b takes a's value (the running one stays until a
+ * restart). */
+static int keep_old(const struct options *a, struct options *b, const char *key)
+{
+    if (!strcmp(key, "listen")) {
+        if (a->nlisten == b->nlisten &&
+            !memcmp(a->listen, b->listen, (size_t)a->nlisten * sizeof a->listen[0]))
+            return 0;
+        memcpy(b->listen, a->listen, sizeof a->listen);
+        b->nlisten = a->nlisten;
+        return 1;
+    }
+    if (!strcmp(key, "socks5")) {
+        if (a->socks5_on == b->socks5_on && !memcmp(&a->socks5, &b->socks5, sizeof a->socks5))
+            return 0;
+        b->socks5 = a->socks5;
+        b->socks5_on = a->socks5_on;
+        b->socks5_addr = a->socks5_addr;
+        return 1;
+    }
+    if (!strcmp(key, "metrics")) { /* the listeners are bound at start */
+        if (a->metrics_on == b->metrics_on &&
+            !memcmp(&a->metrics_addr, &b->metrics_addr, sizeof a->metrics_addr))
+            return 0;
+        b->metrics_on = a->metrics_on;
+        b->metrics_addr = a->metrics_addr;
+        return 1;
+    }
+    if (!strcmp(key, "replay-store")) {
+        if (!memcmp(&a->rstore, &b->rstore, sizeof a->rstore))
+            return 0;
+        b->rstore = a->rstore;
+        return 1;
+    }
+    for (size_t i = 0; i < options_count; i++) {
+        const struct config_option *o = &options_table[i];
+        if (strcmp(o->name, key))
+            continue;
+        size_t n = field_size(o);
+        const char *fa = (const char *)a + o->offset;
+        char *fb = (char *)b + o->offset;
+        if (!n || !memcmp(fa, fb, n))
+            return 0;
+        memcpy(fb, fa, n);
+        return 1;
+    }
+    return 0;
+}
+
+int reload_restart_keys(const struct gen *old, struct gen *g, char *out, size_t outlen)
+{
+    int n = 0;
+    size_t len = 0;
+    if (outlen)
+        out[0] = 0;
+    for (size_t i = 0; i < sizeof restart_keys / sizeof restart_keys[0]; i++) {
+        if (!keep_old(&old->opt, &g->opt, restart_keys[i]))
+            continue;
+        if (len < outlen)
+            len += (size_t)snprintf(out + len, outlen - len, "%s%s", n ? ", " : "",
+                                    restart_keys[i]);
+        n++;
+    }
+    return n;
+}
+
+uint32_t reload_removed_users(const struct gen *old, const struct gen *g)
+{
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < old->nusers; id++)
+        n += old->live[id] && (id >= g->nusers || !g->live[id]);
+    return n;
+}

@@ -1,0 +1,27 @@
+/* fuzz_limit.c: libFuzzer target for the `limit` line parser (users_limit_parse). */
+#include "proxy/users.h"
+
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Input: one limit value. What parses must name a user and give at least one limit within
+ * its documented range; what fails must say why in a terminated message. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = fuzz_cstr(data, size);
+    struct user_limit l;
+    char err[256] = "";
+    if (users_limit_parse(text, &l, err, sizeof err) == 0) {
+        size_t n = strnlen(l.name, sizeof l.name);
+        FUZZ_CHECK(n > 0 && n < sizeof l.name);
+        FUZZ_CHECK(l.conns || l.ips || l.quota || l.expires || l.rate);
+        FUZZ_CHECK(l.conns <= 1000000 && l.ips <= 1000000);
+        FUZZ_CHECK(!l.rate || (l.rate >= 1024 && l.rate <= (1ULL << 40)));
+        FUZZ_CHECK(l.expires >= 0 && l.expires < 253402300800LL); /* before year 10000 */
+    } else {
+        FUZZ_CHECK(err[0] && fuzz_terminated(err, sizeof err));
+    }
+    free(text);
+    return 0;
+}
