@@ -30,10 +30,12 @@
 #include "proxy/conn.h"
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
+#include "proxy/metrics.h"
 #include "proxy/middle.h"
 #include "proxy/options.h"
 #include "proxy/reload.h"
 #include "proxy/tlslearn.h"
+#include "proxy/tools.h"
 #include "proxy/users.h"
 
 #define EXIT_CONFIG 2
@@ -59,6 +61,12 @@ static void usage(FILE *f)
             "                                            validate the configuration and exit\n"
             "  mtproxy generate-secret [--dd | --tls DOMAIN]\n"
             "                                            print a new random secret\n"
+            "  mtproxy links [--config FILE] [--qr | --no-qr] [--KEY VALUE ...]\n"
+            "                                            every user's links (and, on a\n"
+            "                                            terminal, QR codes)\n"
+            "  mtproxy doctor [--config FILE] [--offline] [--KEY VALUE ...]\n"
+            "                                            check this machine's setup: one\n"
+            "                                            OK/WARN/FAIL line per check\n"
             "  mtproxy --help | --version\n\n"
             "Every config file key can be given as --KEY VALUE (the command line wins; a\n"
             "repeatable key given on the command line replaces the file's values).\n\n"
@@ -142,7 +150,8 @@ static void fit_fd_limit(struct options *o, int nworkers, const struct me_table 
      * the spare reserve descriptor for the next accept and splice pipes (two each), plus
      * slack. */
     long long reserve =
-        (long long)nworkers * (o->nlisten + 4 + 1 + 2 * PROXY_PIPES_PER_WORKER) + 32;
+        (long long)nworkers * (o->nlisten + 4 + 1 + 2 * PROXY_PIPES_PER_WORKER +
+                               (o->metrics_on ? METRICS_FDS_PER_WORKER : 0)) + 32;
     long long ids = 0; /* pooled DC sockets: per worker, per DC id */
     for (int i = 0; i < o->ndcs; i++)
         ids += i == 0 || o->dcs[i].id != o->dcs[i - 1].id;
@@ -167,14 +176,7 @@ static void fit_fd_limit(struct options *o, int nworkers, const struct me_table 
 static void print_links(const struct options *o, uid_t owner)
 {
     char host[256];
-    if (o->public_host[0]) {
-        snprintf(host, sizeof host, "%s", o->public_host);
-    } else if (!sock_addr_is_any(&o->listen[0])) {
-        sock_addr_host(&o->listen[0], host, sizeof host);
-    } else if (gethostname(host, sizeof host) != 0) {
-        snprintf(host, sizeof host, "localhost");
-    }
-    int port = o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
+    int port = metrics_link_host(o, host, sizeof host);
     int tty = !o->daemonize && isatty(STDOUT_FILENO);
     size_t cap = (size_t)o->nsecrets * 2200 + 1, n = 0;
     char *text = malloc(cap);
@@ -602,12 +604,20 @@ int main(int argc, char **argv)
 
     const char *config_path = NULL;
     int check_only = 0;
+    /* Subcommands that read the config: links (qr: -1 = on a terminal) and doctor. */
+    int links_cmd = argc >= 2 && !strcmp(argv[1], "links");
+    int doctor_cmd = argc >= 2 && !strcmp(argv[1], "doctor");
+    int qr = -1, offline = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
     if (!rest)
         return 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    for (int i = 1 + (links_cmd || doctor_cmd); i < argc; i++) {
+        if (links_cmd && (!strcmp(argv[i], "--qr") || !strcmp(argv[i], "--no-qr"))) {
+            qr = argv[i][2] == 'q';
+        } else if (doctor_cmd && !strcmp(argv[i], "--offline")) {
+            offline = 1;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--version")) {
@@ -633,6 +643,16 @@ int main(int argc, char **argv)
     reload_init(&rl, NULL, config_path, nrest, rest);
     static struct config_errors errs;
     struct gen *g = reload_build(&rl, NULL, &errs);
+    if (doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
+        return tools_doctor(g ? &g->opt : NULL, &errs, offline, stdout) ? 1 : 0;
+    if (links_cmd && g) {
+        if (!g->opt.nsecrets) {
+            fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
+                            "the proxy once, or add secret lines\n", g->opt.state_file);
+            return 1;
+        }
+        return tools_links(&g->opt, stdout, qr < 0 ? isatty(STDOUT_FILENO) : qr);
+    }
     /* Everything start-up would fail on later, checked now (and by --check-config). */
     if (g)
         startup_checks(&g->opt, check_only, &errs);
@@ -772,6 +792,32 @@ int main(int argc, char **argv)
         sock_addr_format(&opt->listen[l], a, sizeof a);
         log_info("listening on %s (%d worker%s)", a, nworkers, nworkers == 1 ? "" : "s");
     }
+    /* The metrics server: one SO_REUSEPORT listener per worker, served in its loop. */
+    static struct metrics_shared mshared;
+    struct metrics_worker *mws = NULL;
+    if (opt->metrics_on) {
+        metrics_shared_init(&mshared, opt, pws, ws, nworkers, replay);
+        mws = calloc((size_t)nworkers, sizeof *mws);
+        if (!mws)
+            return 1;
+        mshared.mws = mws;
+        for (int i = 0; i < nworkers; i++) {
+            int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
+            if (fd < 0) {
+                log_error("metrics: %s", err);
+                return 1;
+            }
+            if (metrics_worker_start(&mws[i], &mshared, &ws[i], fd)) {
+                log_error("metrics: out of memory");
+                return 1;
+            }
+        }
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(&opt->metrics_addr, a, sizeof a);
+        log_info("metrics on http://%s/ (/metrics, /stats)%s", a,
+                 opt->metrics_token[0] ? ", token required"
+                 : mshared.loopback ? "" : "; no metrics-token: the page shows no links");
+    }
     log_acl(&g->acl);
     uid_t run_uid = (uid_t)-1;
     if (opt->user[0]) {
@@ -856,12 +902,15 @@ int main(int argc, char **argv)
     for (int i = 0; i < nworkers; i++) {
         worker_join(&ws[i]);
         proxy_worker_destroy(&pws[i]);
+        if (mws)
+            metrics_worker_destroy(&mws[i]);
     }
     log_stats(pws, ws, nworkers);
     state_save(&saver, g, 1);
     if (pidfile[0])
         remove_pidfile(pidfile);
     log_info("stopped");
+    free(mws);
     free(ws);
     free(pws);
     replay_free(replay);

@@ -77,6 +77,27 @@ enum conn_reason {
 
 const char *conn_reason_name(enum conn_reason r);
 
+/* What a client turned out to be (counted per kind while active and in total). */
+enum conn_kind {
+    CK_NONE = 0, /* not known yet: handshaking, held */
+    CK_OBFS2,    /* obfuscated2 without padding (tags ef, ee) */
+    CK_DD,       /* padded intermediate (tag dd) outside TLS */
+    CK_TLS,      /* FakeTLS (ee secret) */
+    CK_FRONTED,  /* not a client: forwarded to the real site */
+    CK_COUNT
+};
+
+const char *conn_kind_name(enum conn_kind k);
+
+/* Bytes are counted per DC in these slots: DCs 1..5, media DCs -1..-5, CDN 203, others. */
+#define CONN_DC_SLOTS 12
+
+/* The slot of DC id (as resolved for the connection). */
+int conn_dc_slot(int id);
+
+/* The label of a slot ("1".."5", "-1".."-5", "203", "other"). */
+const char *conn_dc_slot_name(int slot);
+
 /* One socket of a connection and the bytes queued to be written to it. */
 struct conn_side {
     int fd;
@@ -148,6 +169,7 @@ struct conn {
     uint8_t authed;            /* proved a secret (valid header or FakeTLS hello): its close
                                 * is an operator's business, never rate-limited */
     uint8_t stranger;          /* counted in the worker's strangers (until authed or closed) */
+    uint8_t kind;              /* enum conn_kind, counted in kind_active while open */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
     ev_tstamp rs_start, rs_last; /* record-sizing: this small phase began / last record */
     uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
@@ -204,6 +226,9 @@ struct proxy_stats {
     stat_t me_pings;           /* RPC_PING answered */
     stat_t me_unknown;         /* messages for a connection id we no longer know */
     stat_t closed[CR_COUNT];
+    stat_t kind_total[CK_COUNT];  /* connections that turned out to be each kind */
+    stat_t kind_active[CK_COUNT]; /* of those, open now */
+    stat_t dc_bytes[CONN_DC_SLOTS][2]; /* [0] client->DC, [1] DC->client */
 };
 
 /* Counter updates: core/stat.h (STAT_INC, STAT_ADD, STAT_DEC, STAT_GET). */
@@ -295,6 +320,11 @@ void conn_rate_pause(struct conn *c, int dir, double wait);
 /* Pauses accepting while the connection slots or the buffer arena are used up; resumes
  * otherwise. */
 void conn_check_accept(struct proxy_worker *pw);
+
+/* The per-worker counters bytes of connection c go to in direction down (0 client->DC,
+ * 1 DC->client): out[0] the total, out[1] the user's (NULL if c proved no secret), out[2]
+ * the DC's (NULL if fronted). */
+void conn_byte_counters(struct conn *c, int down, stat_t *out[3]);
 
 /* Adds the counters of src into dst (relaxed reads of another thread's counters). */
 void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src);

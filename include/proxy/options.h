@@ -137,6 +137,11 @@ struct options {
     char state_file[OPT_PATH_MAX];
     char links_file[OPT_PATH_MAX]; /* "" = state_file + ".links", "off" = none */
 
+    /* The metrics server (metrics = ADDR:PORT): /metrics, /stats, the status page. */
+    int metrics_on;
+    struct sock_addr metrics_addr;
+    char metrics_token[256];
+
     /* Access list (checked at accept, before any byte is read): deny wins; with any allow
      * entry only allowed sources are served. Files are read at start (and on reload). */
     struct cidr allow[OPT_MAX_ACL], deny[OPT_MAX_ACL];

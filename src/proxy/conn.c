@@ -50,6 +50,48 @@ const char *conn_reason_name(enum conn_reason r)
     return r < CR_COUNT ? reason_names[r] : "?";
 }
 
+const char *conn_kind_name(enum conn_kind k)
+{
+    static const char *const names[CK_COUNT] = {"none", "obfs2", "dd", "tls", "fronted"};
+    return k < CK_COUNT ? names[k] : "?";
+}
+
+int conn_dc_slot(int id)
+{
+    if (id >= 1 && id <= 5)
+        return id - 1;
+    if (id <= -1 && id >= -5)
+        return 4 - id;
+    return id == 203 ? 10 : 11;
+}
+
+const char *conn_dc_slot_name(int slot)
+{
+    static const char *const names[CONN_DC_SLOTS] = {"1",  "2",  "3",  "4",   "5",    "-1",
+                                                     "-2", "-3", "-4", "-5", "203", "other"};
+    return slot >= 0 && slot < CONN_DC_SLOTS ? names[slot] : "other";
+}
+
+/* c is now known to be kind k: counted in total and while open. */
+static void conn_set_kind(struct conn *c, enum conn_kind k)
+{
+    struct proxy_stats *st = &c->pw->stats;
+    if (c->kind)
+        STAT_DEC(&st->kind_active[c->kind]);
+    c->kind = (uint8_t)k;
+    STAT_INC(&st->kind_total[k]);
+    STAT_INC(&st->kind_active[k]);
+}
+
+void conn_byte_counters(struct conn *c, int down, stat_t *out[3])
+{
+    struct proxy_stats *st = &c->pw->stats;
+    out[0] = down ? &st->bytes_down : &st->bytes_up;
+    out[1] = c->us ? (down ? &c->us->bytes_down : &c->us->bytes_up) : NULL;
+    out[2] = c->mode == CONN_MODE_MTPROTO ? &st->dc_bytes[conn_dc_slot(c->dc_resolved)][down]
+                                          : NULL;
+}
+
 static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents);
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -275,6 +317,8 @@ int conn_close(struct conn *c, enum conn_reason r)
         /* a reset instead of a FIN, as servers behind some balancers do */
         reset_on_close(c->cli.fd);
     }
+    if (c->kind)
+        STAT_DEC(&pw->stats.kind_active[c->kind]);
     stranger_done(c);
     reserve_release(c);
     ev_timer_stop(pw->w->loop, &c->timer);
@@ -556,6 +600,7 @@ static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sn
         return;
     }
     STAT_INC(&pw->stats.masked);
+    conn_set_kind(c, CK_FRONTED);
     c->mode = CONN_MODE_MASK;
     c->tls = 0;
     c->mask = m;
@@ -707,6 +752,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     stranger_done(c);
     c->tag = h.tag;
     c->dc_id = h.dc;
+    conn_set_kind(c, c->tls ? CK_TLS : h.tag == OBFS2_TAG_PADDED ? CK_DD : CK_OBFS2);
     uint8_t skip[OBFS2_HDR_LEN], wire[OBFS2_HDR_LEN];
     if (crypto_ctr_init(c->cli_dec, h.keys.fwd.key, h.keys.fwd.iv) ||
         (!c->fast && crypto_ctr_init(c->cli_enc, h.keys.rev.key, h.keys.rev.iv))) {
@@ -740,8 +786,6 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         crypto_ctr_apply(c->dc_enc, extra, extra, n);
         c->up_bytes += n;
         STAT_ADD(&pw->stats.bytes_up, n);
-        if (c->us)
-            STAT_ADD(&c->us->bytes_up, n);
     }
     if (n && side_queue(c, &c->dc, extra, n)) {
         conn_close(c, CR_NO_MEMORY);
@@ -750,6 +794,13 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     int resolved = 0;
     c->dc_count = dc_lookup(&c->gen->dcs, h.dc, &c->dc_first, &resolved);
     c->dc_resolved = (int16_t)resolved;
+    if (n) { /* the bytes after the header, counted in the total above */
+        stat_t *ctr[3];
+        conn_byte_counters(c, 0, ctr);
+        for (int i = 1; i < 3; i++)
+            if (ctr[i])
+                STAT_ADD(ctr[i], n);
+    }
     if (log_enabled(LOG_LVL_DEBUG)) {
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);
@@ -1664,5 +1715,13 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(me_unknown);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
+    for (int i = 0; i < CK_COUNT; i++) {
+        ADD(kind_total[i]);
+        ADD(kind_active[i]);
+    }
+    for (int i = 0; i < CONN_DC_SLOTS; i++) {
+        ADD(dc_bytes[i][0]);
+        ADD(dc_bytes[i][1]);
+    }
 #undef ADD
 }

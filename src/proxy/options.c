@@ -362,6 +362,19 @@ static int parse_rstore(void *conf, const char *v, char *err, size_t errlen)
     return rstore_parse_url(v, &((struct options *)conf)->rstore, err, errlen);
 }
 
+static int parse_metrics(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (!strcmp(v, "off")) {
+        o->metrics_on = 0;
+        return 0;
+    }
+    if (sock_addr_parse(v, 0, 0, &o->metrics_addr, err, errlen))
+        return -1;
+    o->metrics_on = 1;
+    return 0;
+}
+
 static void reset_allow(void *conf) { ((struct options *)conf)->nallow = 0; }
 static void reset_deny(void *conf) { ((struct options *)conf)->ndeny = 0; }
 static void reset_allow_file(void *conf) { ((struct options *)conf)->nallow_files = 0; }
@@ -610,6 +623,17 @@ const struct config_option options_table[] = {
      "every secret are written at start (mode 0600: they carry the secrets). Default: the "
      "state-file's path with .links appended. They are also printed when stdout is a "
      "terminal, and never logged."},
+    {.name = "metrics", .type = CFG_CUSTOM, .arg = "ADDR:PORT|off", .def = "off",
+     .parse = parse_metrics,
+     .help = "Serve Prometheus metrics (/metrics), the same as JSON (/stats) and a status "
+             "page (/) with every user's links and QR codes, bytes and connections, on this "
+             "address: a small HTTP/1.1 server on each worker's loop. Put it on 127.0.0.1 and "
+             "reach it through an SSH tunnel (ssh -L 9100:127.0.0.1:9100 HOST); without "
+             "metrics-token the page shows links only when this address is loopback."},
+    {.name = "metrics-token", .type = CFG_STRING, .offset = OFF(metrics_token), .str_size = 256,
+     .arg = "STRING", .help = "With this set, every metrics request must carry it "
+     "(Authorization: Bearer STRING, or ?token=STRING in the URL; the status page passes it "
+     "on), and the page shows the links on any address. Treat it like a secret."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},

@@ -525,9 +525,17 @@ struct relay_dir {
     struct crypto_ctr *dec, *enc;
     int tls_in, tls_out;
     uint64_t *counter;
-    stat_t *stat_bytes;
-    stat_t *user_bytes; /* the user's counter in this worker, or NULL */
+    stat_t *stat_bytes[3]; /* the worker's total, the user's and the DC's (NULL: none) */
 };
+
+/* Counts n bytes moved along d: the connection's counter and each counter named. */
+static inline void relay_count(const struct relay_dir *d, uint64_t n)
+{
+    *d->counter += n;
+    for (int i = 0; i < 3; i++)
+        if (d->stat_bytes[i])
+            STAT_ADD(d->stat_bytes[i], n);
+}
 
 /* Bytes a rate-limited user's connection may read at once (and the GCRA burst). */
 static size_t rate_burst(uint64_t rate)
@@ -563,8 +571,6 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
     struct crypto_ctr *dec = d->dec, *enc = d->enc;
-    uint64_t *counter = d->counter;
-    stat_t *stat_bytes = d->stat_bytes;
     size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
     size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
     int dir = src == &c->cli ? 0 : 1;
@@ -588,10 +594,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             if (n > 0) {
                 dst->piped += (size_t)n;
                 dst->queued += (size_t)n;
-                *counter += (uint64_t)n;
-                STAT_ADD(stat_bytes, (uint64_t)n);
-                if (d->user_bytes)
-                    STAT_ADD(d->user_bytes, (uint64_t)n);
+                relay_count(d, (uint64_t)n);
                 STAT_ADD(&pw->stats.spliced, (uint64_t)n);
                 c->last_io = ev_now(pw->w->loop);
                 if (flush_or_batch(c, dst, src))
@@ -698,10 +701,7 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
                 }
                 dst->queued += m;
             }
-            *counter += m;
-            STAT_ADD(stat_bytes, m);
-            if (d->user_bytes)
-                STAT_ADD(d->user_bytes, m);
+            relay_count(d, m);
             c->last_io = ev_now(pw->w->loop);
             if (flush_or_batch(c, dst, src))
                 return -1;
@@ -759,15 +759,13 @@ void relay_event(struct conn *c, struct conn_side *s, int revents)
             d.enc = mask ? NULL : c->dc_enc;
             d.tls_in = c->tls;
             d.counter = &c->up_bytes;
-            d.stat_bytes = &c->pw->stats.bytes_up;
-            d.user_bytes = c->us ? &c->us->bytes_up : NULL;
+            conn_byte_counters(c, 0, d.stat_bytes);
         } else {
             d.dec = mask || c->fast ? NULL : c->dc_dec;
             d.enc = mask || c->fast ? NULL : c->cli_enc;
             d.tls_out = c->tls;
             d.counter = &c->down_bytes;
-            d.stat_bytes = &c->pw->stats.bytes_down;
-            d.user_bytes = c->us ? &c->us->bytes_down : NULL;
+            conn_byte_counters(c, 1, d.stat_bytes);
         }
         if (relay_pump(c, &d))
             return;

@@ -1,0 +1,23 @@
+/* tools.h: the operator's commands `mtproxy links` (links and QR codes) and `mtproxy doctor` (checks with fixes). */
+#ifndef MTPROXY_PROXY_TOOLS_H
+#define MTPROXY_PROXY_TOOLS_H
+
+#include <stdio.h>
+
+#include "core/config.h"
+#include "proxy/options.h"
+
+/* Prints every user's tg:// and t.me links to f and, with qr, the t.me link's QR code in
+ * block characters under each. Returns 0, or 1 if a link could not be made. */
+int tools_links(const struct options *o, FILE *f, int qr);
+
+/* Runs every check that can be made from this machine and prints one line per check to f:
+ * "OK|WARN|FAIL  check: finding" and, for WARN/FAIL, "      fix: ...". errors are the
+ * configuration's (file:line) errors; with errors, checks that need a valid config are
+ * skipped. offline: no DNS lookup and no connection (otherwise the only ones made are a DNS
+ * lookup of the fronting domain and public-host and a TCP connect to the fronting host;
+ * never to Telegram). Returns the number of FAIL lines. */
+int tools_doctor(const struct options *o, const struct config_errors *errors, int offline,
+                 FILE *f);
+
+#endif

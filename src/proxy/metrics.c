@@ -1,0 +1,801 @@
+/* metrics.c: a small bounded HTTP/1.1 server on each worker's loop: /metrics, /stats, the status page, QR codes. */
+#include "proxy/metrics.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/replay.h"
+#include "proto/http.h"
+#include "proxy/qr.h"
+#include "proxy/reload.h"
+
+/* The status page (src/proxy/status.html), embedded at build time. */
+extern const char metrics_status_html[];
+extern const size_t metrics_status_html_len;
+
+/* Another worker's plain size_t gauge (arena, pipes): a relaxed load of one aligned word. */
+#define GAUGE(p) ((uint64_t)__atomic_load_n((p), __ATOMIC_RELAXED))
+
+int metrics_link_host(const struct options *o, char *host, size_t hostlen)
+{
+    if (o->public_host[0])
+        snprintf(host, hostlen, "%s", o->public_host);
+    else if (!sock_addr_is_any(&o->listen[0]))
+        sock_addr_host(&o->listen[0], host, hostlen);
+    else if (gethostname(host, hostlen) != 0)
+        snprintf(host, hostlen, "localhost");
+    return o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
+}
+
+int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
+                        struct proxy_worker *pws, struct worker *ws, int nworkers,
+                        struct replay *replay)
+{
+    memset(ms, 0, sizeof *ms);
+    ms->opt = opt;
+    ms->pws = pws;
+    ms->ws = ws;
+    ms->nworkers = nworkers;
+    ms->replay = replay;
+    ms->start_time = time(NULL);
+    const struct sock_addr *a = &opt->metrics_addr;
+    ms->loopback = (a->u.sa.sa_family == AF_INET &&
+                    (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127) ||
+                   (a->u.sa.sa_family == AF_INET6 &&
+                    IN6_IS_ADDR_LOOPBACK(&a->u.in6.sin6_addr));
+    return 0;
+}
+
+/* --- one writer, two formats ----------------------------------------------------------- */
+
+/* Samples go out as Prometheus text or as JSON objects of the "metrics" array. */
+struct emit {
+    struct sbuf *b;
+    int json;
+    int first; /* JSON: no comma before the next sample */
+};
+
+static void family(struct emit *e, const char *name, const char *type, const char *help)
+{
+    if (!e->json)
+        sbuf_printf(e->b, "# HELP mtproxy_%s %s\n# TYPE mtproxy_%s %s\n", name, help, name, type);
+}
+
+/* One sample with up to two labels (k2 NULL: one; k1 NULL: none); value is its text. Label
+ * values here are user names ([A-Za-z0-9_.-]), numbers and fixed words: nothing to escape. */
+static void sample(struct emit *e, const char *name, const char *k1, const char *v1,
+                   const char *k2, const char *v2, const char *value)
+{
+    if (e->json) {
+        sbuf_printf(e->b, "%s\n{\"name\":\"mtproxy_%s\",\"labels\":{", e->first ? "" : ",",
+                    name);
+        if (k1)
+            sbuf_printf(e->b, "\"%s\":\"%s\"", k1, v1);
+        if (k2)
+            sbuf_printf(e->b, ",\"%s\":\"%s\"", k2, v2);
+        sbuf_printf(e->b, "},\"value\":%s}", value);
+        e->first = 0;
+        return;
+    }
+    sbuf_printf(e->b, "mtproxy_%s", name);
+    if (k1)
+        sbuf_printf(e->b, k2 ? "{%s=\"%s\",%s=\"%s\"}" : "{%s=\"%s\"}", k1, v1, k2, v2);
+    sbuf_printf(e->b, " %s\n", value);
+}
+
+static void u64(struct emit *e, const char *name, const char *k1, const char *v1,
+                const char *k2, const char *v2, uint64_t v)
+{
+    char t[32];
+    snprintf(t, sizeof t, "%llu", (unsigned long long)v);
+    sample(e, name, k1, v1, k2, v2, t);
+}
+
+static void dbl(struct emit *e, const char *name, const char *k1, const char *v1, double v)
+{
+    char t[48];
+    snprintf(t, sizeof t, "%.3f", v);
+    sample(e, name, k1, v1, NULL, NULL, t);
+}
+
+/* A family with one unlabelled sample. */
+static void single(struct emit *e, const char *name, const char *type, const char *help,
+                   uint64_t v)
+{
+    family(e, name, type, help);
+    u64(e, name, NULL, NULL, NULL, NULL, v);
+}
+
+/* Seconds of CPU worker w's thread has used (0 if the clock cannot be read). */
+static double worker_cpu(const struct worker *w)
+{
+    clockid_t cid;
+    struct timespec ts;
+    if (!w->started || pthread_getcpuclockid(w->thread, &cid) || clock_gettime(cid, &ts))
+        return 0;
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The sums over workers that both formats use. */
+struct totals {
+    struct proxy_stats s;
+    uint64_t pool[4], arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent,
+        pipes_idle, pipes_max;
+    struct metrics_stats http;
+};
+
+static void totals_collect(const struct metrics_shared *ms, struct totals *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < ms->nworkers; i++) {
+        const struct proxy_worker *pw = &ms->pws[i];
+        proxy_stats_add(&t->s, &pw->stats);
+        t->pool[0] += STAT_GET(&pw->dcpool.stats.connects);
+        t->pool[1] += STAT_GET(&pw->dcpool.stats.claims);
+        t->pool[2] += STAT_GET(&pw->dcpool.stats.dropped);
+        t->pool[3] += STAT_GET(&pw->dcpool.stats.failures);
+        t->arena_in_use += GAUGE(&pw->arena.in_use);
+        t->arena_alloc += GAUGE(&pw->arena.allocated);
+        t->arena_max += GAUGE(&pw->arena.max_blocks);
+        t->mask_blocks += GAUGE(&pw->mask_blocks);
+        t->pipes_lent += (uint64_t)__atomic_load_n(&pw->pipes_out, __ATOMIC_RELAXED);
+        t->pipes_idle += (uint64_t)__atomic_load_n(&pw->npipes, __ATOMIC_RELAXED);
+        t->pipes_max += (uint64_t)pw->pipes_cap;
+        if (ms->mws) {
+            const struct metrics_stats *h = &ms->mws[i].stats;
+            t->http.requests += STAT_GET(&h->requests);
+            t->http.bad_requests += STAT_GET(&h->bad_requests);
+            t->http.unauthorized += STAT_GET(&h->unauthorized);
+            t->http.evicted += STAT_GET(&h->evicted);
+            t->http.timeouts += STAT_GET(&h->timeouts);
+        }
+    }
+}
+
+/* User i's (g's i-th secret's) counters summed over workers. */
+static void user_totals_of(const struct gen *g, int i, struct user_totals *t)
+{
+    memset(t, 0, sizeof *t);
+    if (g->users && g->uid)
+        users_stats_sum(g->users, g->uid[i], t);
+}
+
+/* User i's quota (0 = none) and expiry (0 = never). */
+static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t *expires)
+{
+    const struct user_limit *l = g->lim ? g->lim[i] : NULL;
+    *quota = l ? l->quota : 0;
+    *expires = l ? l->expires : 0;
+}
+
+/* One sample per user with a quota (expiry 0) or an expiry (1): the quota left, or when. */
+static void emit_user_limit(const struct gen *g, const struct user_totals *t, struct emit *e,
+                            int expiry)
+{
+    for (int i = 0; i < g->opt.nsecrets; i++) {
+        uint64_t quota;
+        int64_t expires;
+        user_limits_of(g, i, &quota, &expires);
+        uint64_t v = expiry ? (uint64_t)expires
+                            : quota > t[i].quota_used ? quota - t[i].quota_used : 0;
+        if (expiry ? expires != 0 : quota != 0)
+            u64(e, expiry ? "user_expiry_timestamp_seconds" : "user_quota_remaining_bytes",
+                "user", g->opt.secrets[i].name, NULL, NULL, v);
+    }
+}
+
+/* The per-user families: one pass over the users per family (Prometheus wants a family's
+ * samples together). */
+static void emit_users(const struct gen *g, struct emit *e)
+{
+    const struct options *o = &g->opt;
+    int n = o->nsecrets;
+    struct user_totals *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!t) {
+        e->b->failed = 1;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        user_totals_of(g, i, &t[i]);
+    family(e, "user_bytes_total", "counter", "Payload bytes relayed per user.");
+    for (int i = 0; i < n; i++) {
+        u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "up", t[i].bytes_up);
+        u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "down",
+            t[i].bytes_down);
+    }
+    family(e, "user_connections_active", "gauge", "Open connections per user.");
+    for (int i = 0; i < n; i++)
+        u64(e, "user_connections_active", "user", o->secrets[i].name, NULL, NULL, t[i].active);
+    family(e, "user_connections_total", "counter", "Connections per user (proved its secret).");
+    for (int i = 0; i < n; i++)
+        u64(e, "user_connections_total", "user", o->secrets[i].name, NULL, NULL, t[i].conns);
+    family(e, "user_limit_refusals_total", "counter",
+           "New connections of a user refused by a limit (conns, ips, quota, expired).");
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < UR_COUNT; r++)
+            u64(e, "user_limit_refusals_total", "user", o->secrets[i].name, "reason",
+                users_refusal_name(r), t[i].refused[r]);
+    family(e, "user_quota_remaining_bytes", "gauge",
+           "Bytes left of each user's quota (users with a quota only).");
+    emit_user_limit(g, t, e, 0);
+    family(e, "user_expiry_timestamp_seconds", "gauge",
+           "When each user's access ends (users with an expiry only).");
+    emit_user_limit(g, t, e, 1);
+    family(e, "user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.");
+    for (int i = 0; i < n; i++)
+        u64(e, "user_quota_used_bytes", "user", o->secrets[i].name, NULL, NULL,
+            t[i].quota_used);
+    free(t);
+}
+
+/* Every metric, in either format. */
+static void emit_all(const struct metrics_shared *ms, const struct gen *g,
+                     const struct totals *t, struct emit *e)
+{
+    const struct proxy_stats *s = &t->s;
+    const struct options *o = &g->opt;
+    family(e, "build_info", "gauge", "Build of this proxy (value 1).");
+    sample(e, "build_info", "version", MTPROXY_VERSION, NULL, NULL, "1");
+    family(e, "start_time_seconds", "gauge", "Start time, seconds since the Unix epoch.");
+    u64(e, "start_time_seconds", NULL, NULL, NULL, NULL, (uint64_t)ms->start_time);
+    single(e, "workers", "gauge", "Worker threads.", (uint64_t)ms->nworkers);
+    single(e, "users", "gauge", "Users (secrets) configured.", (uint64_t)o->nsecrets);
+    single(e, "config_generation", "gauge", "Configuration generation (1 at start, +1 per "
+           "accepted reload).", g->serial);
+
+    single(e, "connections_accepted_total", "counter", "Client connections accepted.",
+           STAT_GET(&s->accepted));
+    family(e, "connections_total", "counter",
+           "Client connections by what they turned out to be (obfs2, dd, tls, fronted).");
+    for (int k = 1; k < CK_COUNT; k++)
+        u64(e, "connections_total", "kind", conn_kind_name(k), NULL, NULL,
+            STAT_GET(&s->kind_total[k]));
+    family(e, "connections_active", "gauge",
+           "Open client connections by kind (handshake: not known yet).");
+    uint64_t known = 0;
+    for (int k = 1; k < CK_COUNT; k++) {
+        known += STAT_GET(&s->kind_active[k]);
+        u64(e, "connections_active", "kind", conn_kind_name(k), NULL, NULL,
+            STAT_GET(&s->kind_active[k]));
+    }
+    uint64_t active = STAT_GET(&s->active);
+    u64(e, "connections_active", "kind", "handshake", NULL, NULL,
+        active > known ? active - known : 0);
+    family(e, "connections_closed_total", "counter", "Closed connections by close reason.");
+    for (int r = 0; r < CR_COUNT; r++)
+        u64(e, "connections_closed_total", "reason", conn_reason_name(r), NULL, NULL,
+            STAT_GET(&s->closed[r]));
+
+    family(e, "handshakes_total", "counter",
+           "Handshakes by result (ok; failed, by reason: rejected = not a client for our "
+           "secrets, then fronted or held; timeout; early_eof; protocol).");
+    u64(e, "handshakes_total", "result", "ok", NULL, NULL, STAT_GET(&s->handshakes));
+    u64(e, "handshakes_total", "result", "failed", "reason", "rejected", STAT_GET(&s->rejected));
+    u64(e, "handshakes_total", "result", "failed", "reason", "timeout",
+        STAT_GET(&s->closed[CR_HANDSHAKE_TIMEOUT]));
+    u64(e, "handshakes_total", "result", "failed", "reason", "early_eof",
+        STAT_GET(&s->closed[CR_CLIENT_EARLY_EOF]));
+    u64(e, "handshakes_total", "result", "failed", "reason", "protocol",
+        STAT_GET(&s->closed[CR_CLIENT_PROTOCOL]));
+    single(e, "tls_handshakes_total", "counter", "FakeTLS hellos answered.",
+           STAT_GET(&s->tls_handshakes));
+    single(e, "tls_hmacs_total", "counter", "HMACs computed to check FakeTLS hellos.",
+           STAT_GET(&s->tls_hmacs));
+    family(e, "replays_total", "counter",
+           "Handshakes refused as replays (cache: this process; store: the fleet's store).");
+    u64(e, "replays_total", "source", "cache", NULL, NULL, STAT_GET(&s->replays));
+    u64(e, "replays_total", "source", "store", NULL, NULL, STAT_GET(&s->store_replays));
+    single(e, "replay_store_failures_total", "counter",
+           "Handshakes the replay store did not answer in time for.", STAT_GET(&s->store_failed));
+    single(e, "fronted_total", "counter", "Connections forwarded to the real site.",
+           STAT_GET(&s->masked));
+    family(e, "access_refusals_total", "counter",
+           "Connections closed at accept: access list (deny, not_allowed), PROXY header "
+           "sender not trusted, too many unproven connections from one address.");
+    u64(e, "access_refusals_total", "reason", "deny", NULL, NULL, STAT_GET(&s->acl_denied));
+    u64(e, "access_refusals_total", "reason", "not_allowed", NULL, NULL,
+        STAT_GET(&s->acl_not_allowed));
+    u64(e, "access_refusals_total", "reason", "proxy_protocol_untrusted", NULL, NULL,
+        STAT_GET(&s->pp_untrusted));
+    u64(e, "access_refusals_total", "reason", "probe_limit_per_ip", NULL, NULL,
+        STAT_GET(&s->strangers_refused));
+    family(e, "proxy_protocol_total", "counter", "PROXY headers malformed (bad) or LOCAL.");
+    u64(e, "proxy_protocol_total", "result", "bad", NULL, NULL, STAT_GET(&s->pp_bad));
+    u64(e, "proxy_protocol_total", "result", "local", NULL, NULL, STAT_GET(&s->pp_local));
+    single(e, "hello_budget_drops_total", "counter",
+           "FakeTLS hellos dropped: the hello buffers were full.", STAT_GET(&s->hello_budget));
+
+    family(e, "bytes_total", "counter",
+           "Payload bytes relayed (up: client to DC or site, down: back).");
+    u64(e, "bytes_total", "direction", "up", NULL, NULL, STAT_GET(&s->bytes_up));
+    u64(e, "bytes_total", "direction", "down", NULL, NULL, STAT_GET(&s->bytes_down));
+    family(e, "dc_bytes_total", "counter", "Payload bytes relayed per DC (as resolved).");
+    for (int d = 0; d < CONN_DC_SLOTS; d++) {
+        uint64_t up = STAT_GET(&s->dc_bytes[d][0]), down = STAT_GET(&s->dc_bytes[d][1]);
+        if (d >= 5 && !up && !down)
+            continue; /* media, CDN and other DCs only once used */
+        u64(e, "dc_bytes_total", "dc", conn_dc_slot_name(d), "direction", "up", up);
+        u64(e, "dc_bytes_total", "dc", conn_dc_slot_name(d), "direction", "down", down);
+    }
+    single(e, "dc_connects_total", "counter", "DC connections established.",
+           STAT_GET(&s->dc_connects));
+    single(e, "dc_connect_failures_total", "counter", "Failed DC connection attempts.",
+           STAT_GET(&s->dc_connect_fails));
+    single(e, "socks5_failures_total", "counter", "SOCKS5 handshakes that failed.",
+           STAT_GET(&s->socks_fails));
+    family(e, "dc_pool_total", "counter", "DC pool: sockets connected, claimed by clients, "
+           "dropped by the DC, failed connects.");
+    static const char *const pool_ev[4] = {"connect", "claim", "drop", "failure"};
+    for (int i = 0; i < 4; i++)
+        u64(e, "dc_pool_total", "event", pool_ev[i], NULL, NULL, t->pool[i]);
+    single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
+           (uint64_t)o->dc_pool);
+
+    emit_users(g, e);
+
+    single(e, "relay_reads_total", "counter", "Relay read/splice calls.", STAT_GET(&s->reads));
+    single(e, "relay_writes_total", "counter", "Relay write calls.", STAT_GET(&s->writes));
+    single(e, "spliced_bytes_total", "counter", "Bytes moved by splice(2).",
+           STAT_GET(&s->spliced));
+    single(e, "block_waits_total", "counter", "Times a connection waited for a buffer block.",
+           STAT_GET(&s->block_waits));
+    single(e, "pipe_full_total", "counter", "Times splice found its pipe full.",
+           STAT_GET(&s->pipe_full));
+    family(e, "arena_blocks", "gauge", "Relay buffer blocks: in use, allocated, fronted "
+           "connections' share, cap (0 = none).");
+    u64(e, "arena_blocks", "state", "in_use", NULL, NULL, t->arena_in_use);
+    u64(e, "arena_blocks", "state", "allocated", NULL, NULL, t->arena_alloc);
+    u64(e, "arena_blocks", "state", "fronted", NULL, NULL, t->mask_blocks);
+    u64(e, "arena_blocks", "state", "max", NULL, NULL, t->arena_max);
+    single(e, "arena_block_size_bytes", "gauge", "Bytes per buffer block.",
+           (uint64_t)o->block_size);
+    family(e, "pipes", "gauge", "Splice pipes: lent to connections, idle, cap.");
+    u64(e, "pipes", "state", "lent", NULL, NULL, t->pipes_lent);
+    u64(e, "pipes", "state", "idle", NULL, NULL, t->pipes_idle);
+    u64(e, "pipes", "state", "max", NULL, NULL, t->pipes_max);
+
+    if (ms->replay) {
+        struct replay_stats r;
+        replay_stats(ms->replay, &r);
+        single(e, "replay_cache_entries", "gauge", "Replay cache slots in use.", r.entries);
+        single(e, "replay_cache_capacity", "gauge", "Replay cache slots.", r.capacity);
+        single(e, "replay_cache_memory_bytes", "gauge", "Replay cache memory.", r.memory);
+        single(e, "replay_cache_lookups_total", "counter", "Replay cache lookups.", r.lookups);
+        single(e, "replay_cache_evictions_total", "counter",
+               "Live replay cache entries pushed out by newer ones.", r.evicted);
+    }
+
+    static const struct {
+        const char *name, *type, *help;
+    } per_worker[] = {
+        {"worker_connections_active", "gauge", "Open client connections per worker."},
+        {"worker_connections_accepted_total", "counter", "Connections accepted per worker."},
+        {"worker_cpu_seconds_total", "counter", "CPU time used by each worker thread."},
+        {"worker_accept_pauses_total", "counter",
+         "Times a worker paused accepting (connection slots or buffers full)."},
+        {"worker_fd_limit_total", "counter", "Times a worker ran out of descriptors."},
+    };
+    for (size_t f = 0; f < sizeof per_worker / sizeof per_worker[0]; f++) {
+        family(e, per_worker[f].name, per_worker[f].type, per_worker[f].help);
+        for (int i = 0; i < ms->nworkers; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "%d", i);
+            if (f == 2) {
+                dbl(e, per_worker[f].name, "worker", id, worker_cpu(&ms->ws[i]));
+                continue;
+            }
+            const stat_t *v = f == 0   ? &ms->pws[i].stats.active
+                              : f == 1 ? &ms->pws[i].stats.accepted
+                              : f == 3 ? &ms->ws[i].stats.accept_pauses
+                                       : &ms->ws[i].stats.accept_fd_limit;
+            u64(e, per_worker[f].name, "worker", id, NULL, NULL, STAT_GET(v));
+        }
+    }
+
+    family(e, "http_requests_total", "counter",
+           "Metrics server requests by outcome (answered, bad, unauthorized, evicted, timeout).");
+    u64(e, "http_requests_total", "outcome", "answered", NULL, NULL, t->http.requests);
+    u64(e, "http_requests_total", "outcome", "bad", NULL, NULL, t->http.bad_requests);
+    u64(e, "http_requests_total", "outcome", "unauthorized", NULL, NULL, t->http.unauthorized);
+    u64(e, "http_requests_total", "outcome", "evicted", NULL, NULL, t->http.evicted);
+    u64(e, "http_requests_total", "outcome", "timeout", NULL, NULL, t->http.timeouts);
+}
+
+int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen *g,
+                              struct sbuf *out)
+{
+    struct totals *t = malloc(sizeof *t);
+    if (!t)
+        return -1;
+    totals_collect(ms, t);
+    struct emit e = {.b = out, .json = 0, .first = 1};
+    emit_all(ms, g, t, &e);
+    free(t);
+    return out->failed ? -1 : 0;
+}
+
+int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, int links,
+                        struct sbuf *out)
+{
+    struct totals *t = malloc(sizeof *t);
+    if (!t)
+        return -1;
+    totals_collect(ms, t);
+    const struct proxy_stats *s = &t->s;
+    const struct options *o = &g->opt;
+    time_t now = time(NULL);
+    char host[256];
+    int port = metrics_link_host(o, host, sizeof host);
+    sbuf_printf(out,
+                "{\"version\":\"%s\",\"start_time\":%lld,\"now\":%lld,\"uptime\":%lld,"
+                "\"workers\":%d,\"links\":%s,\"summary\":{\"accepted\":%llu,\"active\":%llu,"
+                "\"handshakes\":%llu,\"rejected\":%llu,\"fronted\":%llu,\"replays\":%llu,"
+                "\"bytes_up\":%llu,\"bytes_down\":%llu},\"users\":[",
+                MTPROXY_VERSION, (long long)ms->start_time, (long long)now,
+                (long long)(now - ms->start_time), ms->nworkers, links ? "true" : "false",
+                (unsigned long long)STAT_GET(&s->accepted),
+                (unsigned long long)STAT_GET(&s->active),
+                (unsigned long long)STAT_GET(&s->handshakes),
+                (unsigned long long)STAT_GET(&s->rejected),
+                (unsigned long long)STAT_GET(&s->masked),
+                (unsigned long long)(STAT_GET(&s->replays) + STAT_GET(&s->store_replays)),
+                (unsigned long long)STAT_GET(&s->bytes_up),
+                (unsigned long long)STAT_GET(&s->bytes_down));
+    for (int i = 0; i < o->nsecrets; i++) {
+        const struct secret *sec = &o->secrets[i];
+        struct user_totals ut;
+        user_totals_of(g, i, &ut);
+        uint64_t quota;
+        int64_t expires;
+        user_limits_of(g, i, &quota, &expires);
+        char ql[32] = "null", ex[32] = "null";
+        if (quota)
+            snprintf(ql, sizeof ql, "%llu",
+                     (unsigned long long)(quota > ut.quota_used ? quota - ut.quota_used : 0));
+        if (expires)
+            snprintf(ex, sizeof ex, "%lld", (long long)expires);
+        sbuf_printf(out,
+                    "%s{\"name\":\"%s\",\"kind\":\"%s\",\"bytes_up\":%llu,\"bytes_down\":%llu,"
+                    "\"active\":%llu,\"connections\":%llu,\"quota_used\":%llu,"
+                    "\"quota_left\":%s,\"expires\":%s",
+                    i ? "," : "", sec->name, sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain",
+                    (unsigned long long)ut.bytes_up, (unsigned long long)ut.bytes_down,
+                    (unsigned long long)ut.active, (unsigned long long)ut.conns,
+                    (unsigned long long)ut.quota_used, ql, ex);
+        char tg[1024], https[1024];
+        if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
+            sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
+        sbuf_printf(out, "}");
+    }
+    sbuf_printf(out, "],\"metrics\":[");
+    struct emit e = {.b = out, .json = 1, .first = 1};
+    emit_all(ms, g, t, &e);
+    sbuf_printf(out, "\n]}\n");
+    free(t);
+    return out->failed ? -1 : 0;
+}
+
+/* --- the server ------------------------------------------------------------------------ */
+
+static void mconn_close(struct metrics_conn *m)
+{
+    struct ev_loop *loop = m->mw->w->loop;
+    ev_io_stop(loop, &m->io);
+    ev_timer_stop(loop, &m->timer);
+    close(m->fd);
+    m->fd = -1;
+    sbuf_free(&m->out);
+}
+
+/* What a send/recv result means: IO_MOVED bytes moved, IO_AGAIN retry at once (EINTR),
+ * IO_WAIT wait for the socket, IO_END end of stream or error. */
+enum io_step { IO_MOVED, IO_AGAIN, IO_WAIT, IO_END };
+
+static enum io_step io_step(ssize_t n)
+{
+    if (n > 0)
+        return IO_MOVED;
+    if (n < 0 && errno == EINTR)
+        return IO_AGAIN;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return IO_WAIT;
+    return IO_END;
+}
+
+/* (Re)arms m's watcher for events and its deadline. */
+static void mconn_watch(struct metrics_conn *m, int events, double timeout)
+{
+    struct ev_loop *loop = m->mw->w->loop;
+    ev_io_stop(loop, &m->io);
+    ev_io_set(&m->io, m->fd, events);
+    ev_io_start(loop, &m->io);
+    ev_timer_stop(loop, &m->timer);
+    ev_timer_set(&m->timer, timeout, 0);
+    ev_timer_start(loop, &m->timer);
+}
+
+/* Writes what is left of the response. Once all is written: FIN, then a lingering close
+ * (bytes the client pipelined are read and dropped for a moment, so that closing with them
+ * unread does not reset the connection before the client read the answer). */
+static void mconn_write(struct metrics_conn *m)
+{
+    while (m->off < m->out.len) {
+        ssize_t n = send(m->fd, m->out.p + m->off, m->out.len - m->off, MSG_NOSIGNAL);
+        enum io_step st = io_step(n);
+        if (st == IO_WAIT)
+            return;
+        if (st == IO_END) {
+            mconn_close(m);
+            return;
+        }
+        if (st == IO_MOVED)
+            m->off += (size_t)n;
+    }
+    shutdown(m->fd, SHUT_WR);
+    sbuf_free(&m->out);
+    m->state = MC_LINGER;
+    m->len = 0;
+    mconn_watch(m, EV_READ, METRICS_LINGER_TIMEOUT);
+}
+
+/* Lingering close: drops what the client still sends until its EOF, a cap or the timer. */
+static void mconn_linger(struct metrics_conn *m)
+{
+    for (;;) {
+        ssize_t n = recv(m->fd, m->req, sizeof m->req, 0);
+        enum io_step st = io_step(n);
+        if (st == IO_WAIT)
+            return;
+        if (st == IO_END || (st == IO_MOVED && (m->len += (size_t)n) >= METRICS_LINGER_MAX)) {
+            mconn_close(m);
+            return;
+        }
+    }
+}
+
+static const char *status_text(int code)
+{
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "HTTP Version Not Supported";
+    }
+}
+
+/* Builds the whole response in m->out: head, then body (unless HEAD). */
+static void respond(struct metrics_conn *m, int code, const char *type, const char *body,
+                    size_t len, int head_only)
+{
+    struct sbuf *b = &m->out;
+    sbuf_printf(b,
+                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                "Connection: close\r\nCache-Control: no-store\r\n"
+                "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n"
+                "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
+                "style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n%s\r\n",
+                code, status_text(code), type, len,
+                code == 401 ? "WWW-Authenticate: Bearer realm=\"mtproxy\"\r\n" : "");
+    if (!head_only)
+        sbuf_add(b, body, len);
+}
+
+static void respond_text(struct metrics_conn *m, int code, const char *text, int head_only)
+{
+    respond(m, code, "text/plain; charset=utf-8", text, strlen(text), head_only);
+}
+
+/* Serves one parsed request into m->out. */
+static void serve(struct metrics_conn *m, const struct http_request *rq)
+{
+    const struct metrics_shared *ms = m->mw->ms;
+    /* This worker's current generation: its users, links and token. */
+    const struct gen *g = ((const struct proxy_worker *)m->mw->w->ctx)->gen;
+    const char *token = g->opt.metrics_token;
+    int head = rq->method == HTTP_HEAD;
+    if (token[0] && !((rq->has_bearer && http_token_equal(rq->bearer, token)) ||
+                      (rq->has_token && http_token_equal(rq->token, token)))) {
+        STAT_INC(&m->mw->stats.unauthorized);
+        respond_text(m, 401, "a token is needed: Authorization: Bearer TOKEN or ?token=TOKEN\n",
+                     head);
+        return;
+    }
+    int links = token[0] || ms->loopback;
+    struct sbuf body = {.max = METRICS_BODY_MAX};
+    const char *type = NULL;
+    if (!strcmp(rq->path, "/metrics")) {
+        metrics_render_prometheus(ms, g, &body);
+        type = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (!strcmp(rq->path, "/stats")) {
+        metrics_render_json(ms, g, links, &body);
+        type = "application/json";
+    } else if (!strcmp(rq->path, "/")) {
+        sbuf_add(&body, metrics_status_html, metrics_status_html_len);
+        type = "text/html; charset=utf-8";
+    } else if (!strncmp(rq->path, "/qr/", 4) && links) {
+        /* /qr/NAME.svg: the t.me link of user NAME. */
+        const char *name = rq->path + 4;
+        size_t n = strlen(name);
+        const struct options *o = &g->opt;
+        char host[256];
+        int port = metrics_link_host(o, host, sizeof host);
+        for (int i = 0; n > 4 && !strcmp(name + n - 4, ".svg") && i < o->nsecrets; i++) {
+            if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
+                continue;
+            char tg[1024], https[1024];
+            if (!secret_links(&o->secrets[i], host, port, tg, sizeof tg, https,
+                              sizeof https) &&
+                !qr_svg(https, 4, &body))
+                type = "image/svg+xml";
+            break;
+        }
+        if (!type && !body.failed) {
+            sbuf_free(&body);
+            respond_text(m, 404, "no such user, or no QR codes in this build\n", head);
+            return;
+        }
+    } else {
+        respond_text(m, 404, "not found: try /, /metrics or /stats\n", head);
+        return;
+    }
+    if (body.failed) {
+        sbuf_free(&body);
+        respond_text(m, 503, "out of memory\n", head);
+        return;
+    }
+    respond(m, 200, type, body.p ? body.p : "", body.len, head);
+    sbuf_free(&body);
+}
+
+static void mconn_read(struct metrics_conn *m)
+{
+    while (m->len < sizeof m->req) {
+        ssize_t n = recv(m->fd, m->req + m->len, sizeof m->req - m->len, 0);
+        enum io_step st = io_step(n);
+        if (st == IO_WAIT)
+            break;
+        if (st == IO_END) {
+            mconn_close(m); /* EOF or error before a whole request */
+            return;
+        }
+        if (st == IO_MOVED)
+            m->len += (size_t)n;
+    }
+    struct http_request rq;
+    enum http_status st =
+        http_parse_request(m->req, m->len, sizeof m->req, METRICS_MAX_HEADERS, &rq);
+    if (st == HTTP_NEED_MORE)
+        return;
+    if (st == HTTP_BAD) {
+        STAT_INC(&m->mw->stats.bad_requests);
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s\n", rq.why);
+        respond_text(m, rq.code, msg, 0);
+    } else {
+        serve(m, &rq);
+    }
+    STAT_INC(&m->mw->stats.requests);
+    /* One request per connection: anything pipelined after it is never served. */
+    m->state = MC_WRITE;
+    m->off = 0;
+    mconn_watch(m, EV_WRITE, METRICS_WRITE_TIMEOUT);
+    mconn_write(m);
+}
+
+static void on_mconn_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct metrics_conn *m = io->data;
+    if (m->state == MC_WRITE)
+        mconn_write(m);
+    else if (m->state == MC_LINGER)
+        mconn_linger(m);
+    else
+        mconn_read(m);
+}
+
+static void on_mconn_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct metrics_conn *m = t->data;
+    if (m->state != MC_LINGER)
+        STAT_INC(&m->mw->stats.timeouts);
+    mconn_close(m);
+}
+
+/* A free slot, or the slot of the oldest connection still reading (closed for the new one),
+ * or NULL when every slot is writing a response. */
+static struct metrics_conn *slot_get(struct metrics_worker *mw)
+{
+    struct metrics_conn *oldest = NULL;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+        struct metrics_conn *m = &mw->conns[i];
+        if (m->fd < 0)
+            return m;
+        if (m->state != MC_WRITE && (!oldest || m->born < oldest->born))
+            oldest = m;
+    }
+    if (oldest) {
+        if (oldest->state == MC_READ)
+            STAT_INC(&mw->stats.evicted);
+        mconn_close(oldest);
+    }
+    return oldest;
+}
+
+static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct metrics_worker *mw = io->data;
+    for (int i = 0; i < 16; i++) {
+        int fd = accept4(mw->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* EAGAIN, or out of descriptors: the relay's own accept backs off */
+        struct metrics_conn *m = slot_get(mw);
+        if (!m) {
+            close(fd);
+            STAT_INC(&mw->stats.evicted);
+            continue;
+        }
+        m->fd = fd;
+        m->len = 0;
+        m->off = 0;
+        m->state = MC_READ;
+        m->born = ev_now(loop);
+        memset(&m->out, 0, sizeof m->out);
+        ev_io_set(&m->io, fd, EV_READ);
+        ev_io_start(loop, &m->io);
+        ev_timer_set(&m->timer, METRICS_READ_TIMEOUT, 0);
+        ev_timer_start(loop, &m->timer);
+    }
+}
+
+int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared *ms,
+                         struct worker *w, int lfd)
+{
+    memset(mw, 0, sizeof *mw);
+    mw->ms = ms;
+    mw->w = w;
+    mw->lfd = lfd;
+    mw->conns = calloc(METRICS_MAX_CONNS, sizeof *mw->conns);
+    if (!mw->conns)
+        return -1;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+        struct metrics_conn *m = &mw->conns[i];
+        m->mw = mw;
+        m->fd = -1;
+        ev_io_init(&m->io, on_mconn_io, -1, EV_READ);
+        m->io.data = m;
+        ev_timer_init(&m->timer, on_mconn_timer, METRICS_READ_TIMEOUT, 0);
+        m->timer.data = m;
+    }
+    ev_io_init(&mw->lio, on_metrics_accept, lfd, EV_READ);
+    mw->lio.data = mw;
+    ev_io_start(w->loop, &mw->lio);
+    return 0;
+}
+
+void metrics_worker_destroy(struct metrics_worker *mw)
+{
+    if (!mw->conns)
+        return;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+        struct metrics_conn *m = &mw->conns[i];
+        if (m->fd >= 0)
+            close(m->fd);
+        sbuf_free(&m->out);
+    }
+    free(mw->conns);
+    mw->conns = NULL;
+    close(mw->lfd);
+}
