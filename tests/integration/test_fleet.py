@@ -211,6 +211,8 @@ def test_fail_closed(procs):
     f = Fleet(procs, extra=["--replay-store-fail", "closed", "--replay-store-timeout", "300ms"])
     assert_ok(f.client(f.port, "dd", 2, 5000, 5000))
     f.redis.stop()
+    # The harness reads the fake DC's lines in a thread: let the served client's land first.
+    wait_until(lambda: f.dc.headers() >= 1, 5)
     mark = f.dc.mark()
     res = f.client(f.port, "dd", 2, 1000, 1000, "--timeout", "10")
     assert not res["ok"], res
