@@ -377,7 +377,7 @@ static void log_attempt(struct conn *c, const struct sock_addr *a, int err)
 /* 1 if this connection's upstream goes through the socks5 server. */
 static int via_socks(const struct conn *c)
 {
-    const struct options *o = c->pw->opt;
+    const struct options *o = &c->gen->opt;
     return o->socks5_on && (c->mode == CONN_MODE_MTPROTO || o->socks5_mask);
 }
 
@@ -400,7 +400,7 @@ static int dc_connect_next(struct conn *c)
              * ones wait in the backlog) until one frees, within the connect timeout. */
             c->dc_try--;
             worker_backoff_accept(pw->w, errno);
-            if (++c->fd_waits * 100u > pw->opt->connect_timeout_ms) {
+            if (++c->fd_waits * 100u > c->gen->opt.connect_timeout_ms) {
                 STAT_INC(&pw->stats.dc_connect_fails);
                 break;
             }
@@ -417,7 +417,7 @@ static int dc_connect_next(struct conn *c)
         ev_io_init(&c->dc.io, on_dc_io, fd, EV_WRITE);
         c->dc.io.data = c;
         side_watch(c, &c->dc, EV_WRITE);
-        timer_arm(c, pw->opt->connect_timeout_ms / 1000.0);
+        timer_arm(c, c->gen->opt.connect_timeout_ms / 1000.0);
         return 0;
     }
     return conn_close(c, c->mode == CONN_MODE_MASK ? CR_MASK_UNREACHABLE : CR_DC_UNREACHABLE);
@@ -467,7 +467,7 @@ static int socks_failed(struct conn *c, const char *why, int code)
 /* CONNECTING through socks5: the server's TCP connect succeeded (start) or it sent bytes. */
 static int socks_step(struct conn *c)
 {
-    const struct options *o = c->pw->opt;
+    const struct options *o = &c->gen->opt;
     const char *why = "socks5: handshake failed";
     int code = 0;
     enum socks_result r =
@@ -515,8 +515,8 @@ static int dc_established(struct conn *c)
         return conn_close(c, CR_NO_MEMORY);
     c->state = CS_RELAY;
     c->last_io = ev_now(pw->w->loop);
-    timer_arm(c, (c->mode == CONN_MODE_MASK ? pw->opt->mask_idle_ms : pw->opt->idle_timeout_ms) /
-                     1000.0);
+    const struct options *o = &c->gen->opt; /* its own generation's timeouts */
+    timer_arm(c, (c->mode == CONN_MODE_MASK ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0);
     if (side_flush(c, &c->dc, &c->cli))
         return -1;
     relay_watch(c);
@@ -564,7 +564,7 @@ static void hold(struct conn *c)
 {
     uint16_t r = 0;
     crypto_random(&r, sizeof r);
-    double base = c->pw->opt->handshake_timeout_ms / 1000.0, at = base * (0.5 + r / 65535.0);
+    double base = c->gen->opt.handshake_timeout_ms / 1000.0, at = base * (0.5 + r / 65535.0);
     const struct tlsprofile *prof = c->pw->learn ? tlslearn_current(c->pw->learn) : NULL;
     if (prof && prof->idle_close_ms) {
         double t = prof->idle_close_ms / 1000.0 * (0.97 + 0.06 * (r / 65535.0));
@@ -675,7 +675,7 @@ static void store_resume(struct conn *c, enum rstore_verdict v)
 {
     c->rs_verdict = (uint8_t)(v + 1);
     c->state = c->rs_resume;
-    timer_arm(c, c->pw->opt->handshake_timeout_ms / 1000.0);
+    timer_arm(c, c->gen->opt.handshake_timeout_ms / 1000.0);
     if (c->state == CS_TLS_HELLO)
         tls_hello_check(c);
     else
@@ -1318,7 +1318,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     case CS_RELAY: {
         /* The idle timer is armed lazily: traffic only moves last_io. A fronted connection
          * has a shorter idle time and a bound on its whole life. */
-        const struct options *o = c->pw->opt;
+        const struct options *o = &c->gen->opt;
         int mask = c->mode == CONN_MODE_MASK;
         double idle = (mask ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0;
         double left = c->last_io + idle - ev_now(loop);
