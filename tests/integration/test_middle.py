@@ -252,6 +252,19 @@ def test_link_failure_closes_its_clients_and_reconnects(procs, mode, why):
     assert mid.proxy.alive()
 
 
+def test_silent_me_is_pinged_then_dropped(procs):
+    mid = Middle(procs, listeners=((2, "mute"),), extra=["--me-ping-interval", "1s"])
+    wait_ready(mid)
+    client = mid.client_bg("--echo", 1, "--timeout", 20)
+    assert mid.me.wait_line(r"^REQ listener=2 ", 10)  # read, never answered
+    assert mid.log_wait(r"link lost \(no answer to a ping\), closing its 1 client", T(10)), \
+        mid.proxy.stderr_tail(20)
+    assert client.wait_line(r"^FAIL 0 why=eof", 5), client.lines
+    st = mid.stats()
+    assert st["me_dead_closed"] == 1 and st["me_link_drops"] >= 1, st
+    assert wait_until(lambda: len(mid.me.matching(r"^HANDSHAKE_OK")) >= 2, T(10))
+
+
 def test_bad_handshake_answer(procs):
     mid = Middle(procs, listeners=((2, "garbage"),))
     assert mid.me.wait_line(r"^GARBAGE", 10)
