@@ -377,6 +377,11 @@ done:
         out("OK %d bytes=%llu secs=%.3f", c->idx, (unsigned long long)c->bytes, c->secs);
     else
         out("FAIL %d why=%s", c->idx, c->why);
+    if (c->fd >= 0)
+        close(c->fd);
+    crypto_ctr_free(c->enc);
+    crypto_ctr_free(c->dec);
+    free(c->buf);
     return NULL;
 }
 
@@ -494,5 +499,9 @@ int main(int argc, char **argv) {
         "rtt_avg_us=%.1f rtt_max_us=%.1f", ok, o.clients - ok, (unsigned long long)bytes, secs,
         (double)bytes / secs / 1048576.0, nrate ? rates[0] : 0.0, nrate ? rates[nrate / 2] : 0.0,
         o.echo ? rtt_sum / ((double)o.clients * o.echo) * 1e6 : 0.0, rtt_max * 1e6);
+    free(rates);
+    free(cs);
+    free(ts);
+    crypto_thread_cleanup();
     return ok == o.clients ? 0 : 1;
 }
