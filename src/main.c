@@ -691,6 +691,7 @@ int main(int argc, char **argv)
         if (me)
             printf("middle-proxy mode: %d ME address%s, proxy secret of %zu bytes\n",
                    me->naddrs, me->naddrs == 1 ? "" : "es", me->secret_len);
+        middle_table_put(me);
         printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
                "access-list range%s)\n",
                o0->nlisten, o0->nlisten == 1 ? "" : "es", o0->nsecrets,

@@ -22,7 +22,6 @@
 #include "proxy/relay.h"
 
 #define ME_HANDSHAKE_TIMEOUT 5.0 /* connect + nonce + handshake */
-#define ME_PING_INTERVAL 10.0    /* a link quiet this long is pinged; quiet twice: dead */
 #define ME_BACKOFF_MIN 0.5
 #define ME_BACKOFF_MAX 30.0
 #define ME_READ_CHUNK 65536
@@ -358,6 +357,11 @@ static int link_send(struct me_link *l, uint64_t conn_id, const uint8_t *a, size
 static void on_link_io(struct ev_loop *loop, ev_io *io, int revents);
 static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
+static double ping_interval(const struct me_link *l)
+{
+    return l->m->pw->opt->me_ping_ms / 1000.0;
+}
+
 static void link_timer(struct me_link *l, double s)
 {
     ev_timer_stop(loop_of(l->m), &l->timer);
@@ -605,7 +609,7 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
     l->seq_out = 0;
     l->backoff = 0;
     l->last_rx = ev_now(loop_of(l->m));
-    link_timer(l, ME_PING_INTERVAL);
+    link_timer(l, ping_interval(l));
     for (struct mclient *mc = l->clients, *next; mc; mc = next) {
         next = mc->lnext;
         if (mc->inlen && client_packets(mc)) /* bytes that came with its header */
@@ -919,8 +923,8 @@ static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents)
         link_fail(l, "no handshake answer in time");
         break;
     case ML_READY: {
-        double quiet = ev_now(loop) - l->last_rx;
-        if (quiet >= ME_PING_INTERVAL) {
+        double quiet = ev_now(loop) - l->last_rx, every = ping_interval(l);
+        if (quiet >= every) {
             if (l->ping_out) {
                 link_fail(l, "no answer to a ping");
                 return;
@@ -937,7 +941,7 @@ static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents)
             }
             quiet = 0;
         }
-        link_timer(l, ME_PING_INTERVAL - quiet);
+        link_timer(l, every - quiet);
         break;
     }
     }

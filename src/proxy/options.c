@@ -566,6 +566,10 @@ const struct config_option options_table[] = {
     {.name = "me-pool", .type = CFG_INT, .offset = OFF(me_pool), .def = "2", .min = 1,
      .max = 64, .arg = "N", .help = "Middle-proxy mode: links per ME address per worker; "
      "clients are spread over them."},
+    {.name = "me-ping-interval", .type = CFG_DURATION, .offset = OFF(me_ping_ms), .def = "10s",
+     .min = 500, .max = 600000, .arg = "DURATION", .help = "Middle-proxy mode: a link that "
+     "received nothing for this long sends the ME a ping; one still silent after another "
+     "interval is closed (its clients too) and reconnected."},
     {.name = "me-client-buffer", .type = CFG_SIZE, .offset = OFF(me_client_buffer),
      .def = "4M", .min = 16384, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
      "mode: most bytes queued toward one client. A link carries no per-client window, so it "

@@ -25,12 +25,13 @@ def _bin(name):
 class FakeME(Proc):
     """fake_me with listeners [(id, mode)]; .port[id]."""
 
-    def __init__(self, workdir, listeners, secret_file, extra=(), name="fake_me"):
+    def __init__(self, workdir, listeners, secret_file, extra=(), name="fake_me", host="127.0.0.1"):
         ports = free_ports(len(listeners))
         self.port = {}
+        self.host = host
         argv = EMULATOR + [_bin("FAKE_ME_BIN"), "--secret-file", secret_file] + list(extra)
         for (lid, mode), port in zip(listeners, ports):
-            argv += ["--listen", f"127.0.0.1:{port},{lid},{mode}"]
+            argv += ["--listen", f"{host}:{port},{lid},{mode}"]
             self.port[lid] = port
         super().__init__(name, argv, workdir)
         if not self.wait_line(r"^READY$", 10):
@@ -45,13 +46,14 @@ class Middle:
     """A fake ME, Telegram's two files pointing at it, and mtproxy in middle mode."""
 
     def __init__(self, procs, listeners=((2, "normal"),), dcs=None, extra=(), me_extra=(),
-                 default=2, nat=None):
+                 default=2, nat=None, me_host="127.0.0.1"):
         self.procs = procs
         self.dir = procs.workdir
         self.secret_file = os.path.join(self.dir, "proxy-secret")
         with open(self.secret_file, "wb") as f:
             f.write(os.urandom(128))
-        self.me = FakeME(self.dir, list(listeners), self.secret_file, extra=me_extra)
+        self.me = FakeME(self.dir, list(listeners), self.secret_file, extra=me_extra,
+                         host=me_host)
         procs.all.append(self.me)
         self.config_file = os.path.join(self.dir, "proxy-multi.conf")
         self.write_config(dcs or [(lid, lid) for lid, _ in listeners], default)
@@ -72,7 +74,7 @@ class Middle:
         if default:
             text += f"default {default};\n"
         for dc, lid in dcs:
-            text += f"proxy_for {dc} 127.0.0.1:{self.me.port[lid]};\n"
+            text += f"proxy_for {dc} {self.me.host}:{self.me.port[lid]};\n"
         tmp = self.config_file + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
@@ -170,8 +172,8 @@ def test_every_framing_arrives_as_proxy_req(procs, tag, kind):
 
 
 def test_answers_reach_the_right_client_among_200(procs):
-    mid = Middle(procs, extra=["--workers", "1"])
-    wait_ready(mid)
+    mid = Middle(procs, extra=["--workers", "2"])  # each worker has its own links
+    wait_ready(mid, 2)
     rc, out, err = mid.client("--tag", "ee", "--echo", 5, "--clients", 200, "--size", 256,
                               timeout=90)
     s = summary(out)
@@ -179,6 +181,14 @@ def test_answers_reach_the_right_client_among_200(procs):
     assert len(mid.me.reqs()) == 1000
     st = mid.stats()
     assert st["me_answers"] == 1000 and st["me_requests"] == 1000, st
+
+
+def test_ipv6_me(procs):
+    mid = Middle(procs, me_host="[::1]")
+    wait_ready(mid)
+    rc, out, err = mid.client("--echo", 2, "--quickack")
+    assert rc == 0, out + err
+    assert len(mid.me.reqs()) == 2
 
 
 def test_unknown_and_media_dcs(procs):
@@ -200,20 +210,28 @@ def test_slow_client_does_not_slow_the_others(procs):
     common = ["--tag", "ee", "--clients", 200, "--download", 1 << 20, "--chunk", 16384]
 
     def run(stall):
-        args = common + (["--stall", 1, "--stall-bytes", 16 << 20] if stall else [])
+        args = common + (["--stall", 1, "--stall-bytes", 16 << 20, "--hold-ms", 1500]
+                         if stall else [])
         rc, out, err = mid.client(*args, timeout=120)
         s = summary(out)
         assert rc == 0 and s["ok"] == 200, out[-3000:] + err
         return s
 
-    base, slow = run(False), run(True)
+    runs = []  # stalled runs: each closes its stalled client as slow
+
+    def pair():
+        b = run(False)
+        runs.append(1)
+        return b, run(True)
+
+    base, slow = pair()
     if slow["mibps"] < 0.8 * base["mibps"]:  # a loaded machine: measure both once more
-        base, slow = run(False), run(True)
+        base, slow = pair()
     print(f"199 readers: {base['mibps']:.1f} MiB/s alone, {slow['mibps']:.1f} MiB/s beside a "
           f"client that stopped reading")
     assert slow["mibps"] >= 0.8 * base["mibps"], (base, slow)
     st = mid.stats()
-    assert st["me_slow_closed"] == 1 and st["closed_slow-client"] == 1, st
+    assert st["me_slow_closed"] == len(runs) and st["closed_slow-client"] == len(runs), st
     assert st["me_link_drops"] == 0, st
 
 
@@ -232,6 +250,19 @@ def test_link_failure_closes_its_clients_and_reconnects(procs, mode, why):
     # back-off, then a new link
     assert wait_until(lambda: len(mid.me.matching(r"^HANDSHAKE_OK")) >= 2, T(10))
     assert mid.proxy.alive()
+
+
+def test_silent_me_is_pinged_then_dropped(procs):
+    mid = Middle(procs, listeners=((2, "mute"),), extra=["--me-ping-interval", "1s"])
+    wait_ready(mid)
+    client = mid.client_bg("--echo", 1, "--timeout", 20)
+    assert mid.me.wait_line(r"^REQ listener=2 ", 10)  # read, never answered
+    assert mid.log_wait(r"link lost \(no answer to a ping\), closing its 1 client", T(10)), \
+        mid.proxy.stderr_tail(20)
+    assert client.wait_line(r"^FAIL 0 why=eof", 5), client.lines
+    st = mid.stats()
+    assert st["me_dead_closed"] == 1 and st["me_link_drops"] >= 1, st
+    assert wait_until(lambda: len(mid.me.matching(r"^HANDSHAKE_OK")) >= 2, T(10))
 
 
 def test_bad_handshake_answer(procs):

@@ -18,7 +18,8 @@
  * MODE: normal (default) | badcrc (first answer frame has a bad CRC) | badseq (first answer
  *   frame has a wrong seqno) | garbage (random bytes for the handshake answer) | reset (RST
  *   after the first answer) | stall (never answer the handshake) | drop (close the link
- *   cleanly after the first answer)
+ *   cleanly after the first answer) | mute (after the handshake: reads everything, answers
+ *   nothing, pings included)
  * --clt-ip IP: the address the ME derives keys with for the proxy (as a real ME sees a proxy
  *   behind NAT), instead of the connection's peer address.
  * --ping: after the handshake, send RPC_PING and report the answer.
@@ -46,10 +47,10 @@
 #define MAX_LISTENERS 32
 #define RBUF_MAX (RPC_FRAME_MAX + 65536)
 
-enum me_mode { M_NORMAL, M_BADCRC, M_BADSEQ, M_GARBAGE, M_RESET, M_STALL, M_DROP };
+enum me_mode { M_NORMAL, M_BADCRC, M_BADSEQ, M_GARBAGE, M_RESET, M_STALL, M_DROP, M_MUTE };
 static const char *const mode_names[] = {"normal", "badcrc", "badseq", "garbage",
-                                         "reset",  "stall",  "drop"};
-#define MODE_COUNT 7
+                                         "reset",  "stall",  "drop",   "mute"};
+#define MODE_COUNT 8
 
 struct listener {
     int fd;
@@ -312,6 +313,8 @@ static int request(struct link *l, const uint8_t *p, size_t n) {
     tn_hex(r.data, r.len < 16 ? r.len : 16, head);
     emit("REQ listener=%u conn=%016llx flags=0x%x tag=%s remote=%s ours=%s len=%zu head=%s",
          l->l->id, (unsigned long long)r.conn_id, r.flags, tag, rem, ours, r.len, head);
+    if (l->l->mode == M_MUTE)
+        return 0;
     enum tn_status st = TN_OK;
     if (!respq_check(r.data, r.len, 0)) {
         char nonce[33];
@@ -403,7 +406,7 @@ static void *run_link(void *arg) {
             emit("CLOSE_CONN listener=%u conn=%016llx", l->l->id, (unsigned long long)m.conn_id);
         } else if (m.type == RPC_PONG) {
             emit("PONG listener=%u id=%llu", l->l->id, (unsigned long long)m.ping_id);
-        } else if (m.type == RPC_PING) {
+        } else if (m.type == RPC_PING && l->l->mode != M_MUTE) {
             uint8_t pong[12];
             rpc_msg_u64(pong, RPC_PONG, m.ping_id);
             emit("PING listener=%u", l->l->id);

@@ -27,11 +27,11 @@
  *   --download BYTES: one "DOWNLOAD" request (--part P --window W: requests of P bytes, W
  *     outstanding, as apps fetch files); the answers must carry the fake ME's pattern.
  *   --stall K: the first K clients send their request (for --stall-bytes), then never read
- *     (until the others end, or --hold-ms).
+ *     (until the others end, and --hold-ms more).
  *   --hold-ms MS with --echo: each client stays connected, idle, MS after its echoes.
  * Output: CLIENT i port=P (once connected), then per client OK i bytes=N secs=S or
  * FAIL i why=TEXT, then SUMMARY ok=N fail=N bytes=N secs=S mibps=X min_mibps=X med_mibps=X
- * (over the clients that read).
+ * (over the clients that read; secs until the last of them ended).
  */
 
 struct opts {
@@ -68,6 +68,7 @@ struct client {
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile int readers_left;
+static volatile int64_t readers_done_ms; /* when the last reading client ended */
 
 static void out(const char *fmt, ...) {
     va_list ap;
@@ -298,10 +299,10 @@ static int run_download(struct client *c) {
             return -1;
         asked += n;
     }
-    if (stalled) { /* never read */
-        int64_t end = tn_now_ms() + o->hold_ms;
-        while (readers_left > 0 && (!o->hold_ms || tn_now_ms() < end))
+    if (stalled) { /* never read: until the readers are done, then --hold-ms more */
+        while (readers_left > 0)
             usleep(20000);
+        usleep((useconds_t)o->hold_ms * 1000);
         return 0;
     }
     while (got < total) {
@@ -370,12 +371,17 @@ static void *run_client(void *arg) {
 done:
     c->secs = (double)(tn_now_ms() - t0) / 1000.0;
     c->ok = rc == 0;
-    if (c->idx >= o->stall)
-        __atomic_sub_fetch(&readers_left, 1, __ATOMIC_SEQ_CST);
+    if (c->idx >= o->stall && __atomic_sub_fetch(&readers_left, 1, __ATOMIC_SEQ_CST) == 0)
+        readers_done_ms = tn_now_ms();
     if (c->ok)
         out("OK %d bytes=%llu secs=%.3f", c->idx, (unsigned long long)c->bytes, c->secs);
     else
         out("FAIL %d why=%s", c->idx, c->why);
+    if (c->fd >= 0)
+        close(c->fd);
+    crypto_ctr_free(c->enc);
+    crypto_ctr_free(c->dec);
+    free(c->buf);
     return NULL;
 }
 
@@ -470,7 +476,8 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < o.clients; i++)
         pthread_join(ts[i], NULL);
-    double secs = (double)(tn_now_ms() - t0) / 1000.0;
+    /* throughput of the clients that read, until the last of them ended */
+    double secs = (double)((readers_done_ms ? readers_done_ms : tn_now_ms()) - t0) / 1000.0;
     int ok = 0, nrate = 0;
     uint64_t bytes = 0;
     double *rates = calloc((size_t)o.clients, sizeof *rates);
@@ -492,5 +499,9 @@ int main(int argc, char **argv) {
         "rtt_avg_us=%.1f rtt_max_us=%.1f", ok, o.clients - ok, (unsigned long long)bytes, secs,
         (double)bytes / secs / 1048576.0, nrate ? rates[0] : 0.0, nrate ? rates[nrate / 2] : 0.0,
         o.echo ? rtt_sum / ((double)o.clients * o.echo) * 1e6 : 0.0, rtt_max * 1e6);
+    free(rates);
+    free(cs);
+    free(ts);
+    crypto_thread_cleanup();
     return ok == o.clients ? 0 : 1;
 }

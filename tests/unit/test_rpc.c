@@ -166,7 +166,7 @@ static void test_nonce_handshake(void **state)
 static void test_proxy_req_ipv4(void **state)
 {
     struct rpc_addr remote, ours;
-    uint8_t ip[4] = {192, 0, 2, 7}, me[4] = {203, 0, 113, 9}, tag[16], out[RPC_REQ_HDR_MAX];
+    uint8_t ip[4] = {192, 0, 2, 7}, me[4] = {203, 0, 113, 9}, tag[16], out[RPC_REQ_HDR_MAX + 4];
     rpc_addr_set(&remote, ip, 0, 51000);
     rpc_addr_set(&ours, me, 0, 443);
     unhex("0123456789abcdeffedcba9876543210", tag);
