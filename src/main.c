@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -256,11 +257,17 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              (unsigned long long)s.writes, (unsigned long long)s.spliced,
              (unsigned long long)s.pipe_full, (unsigned long long)s.block_waits, fd_limit, pauses);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
-             "strangers_refused %llu hello_budget %llu",
+             "strangers_refused %llu hello_budget %llu unknown_sni %llu",
              (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
              (unsigned long long)s.masked, (unsigned long long)s.replays,
              (unsigned long long)s.tls_hmacs, (unsigned long long)s.strangers_refused,
-             (unsigned long long)s.hello_budget);
+             (unsigned long long)s.hello_budget, (unsigned long long)s.unknown_sni);
+    if (n > 0 && pws[0].learn && pws[0].tls_enabled && pws[0].opt->tls_profile) {
+        char prof[320];
+        tlsprofile_describe(tlslearn_current(pws[0].learn), (int64_t)time(NULL), prof,
+                            sizeof prof);
+        log_info("stats: tls profile in use: %s", prof);
+    }
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
              "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
              (unsigned long long)s.acl_denied, (unsigned long long)s.acl_not_allowed,
