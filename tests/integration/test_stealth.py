@@ -361,6 +361,88 @@ def probe_bytes(port, data):
         return got
 
 
+class LoopbackServer:
+    """A listening socket on 127.0.0.1 whose connections go to self.handle (own thread)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.handle(c)
+
+    def stop(self):
+        self.sock.close()
+
+
+class ProxyHeaderFront(LoopbackServer):
+    """In front of a site that wants a PROXY v1 header: records each connection's header line,
+    then relays to the site (loopback only)."""
+
+    def __init__(self, site_port):
+        self.site_port = site_port
+        self.headers = []
+        super().__init__()
+
+    def handle(self, c):
+        threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        line = b""
+        while not line.endswith(b"\r\n") and len(line) < 120:
+            b = c.recv(1)
+            if not b:
+                c.close()
+                return
+            line += b
+        self.headers.append(line)
+        up = socket.create_connection(("127.0.0.1", self.site_port))
+
+        def pump(a, b):
+            try:
+                while True:
+                    d = a.recv(65536)
+                    if not d:
+                        break
+                    b.sendall(d)
+            except OSError:
+                pass
+            for x in (a, b):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        threading.Thread(target=pump, args=(up, c), daemon=True).start()
+        pump(c, up)
+
+
+def test_profile_learned_through_proxy_protocol(procs, sites):
+    # mask-proxy-protocol: the learner's connections start with the header the site expects
+    site = sites("ec256-leaf")
+    front = ProxyHeaderFront(site.port)
+    try:
+        _, _, recs = site_flight(site.port)
+        key, secret, dc, proxy = proxy_env(procs, ["--tls-profile", "on", "--tls-profile-idle-max",
+                                                   "300ms", "--mask-proxy-protocol", "v1"],
+                                           mask_port=front.port)
+        wait_log(proxy, r"tls-profile: learned ", 10)
+        prof = stored_profile(os.path.join(procs.workdir, "mtproxy.state.tls-profile"))
+        assert len(prof["recs"]) == len(recs) and prof["recs"][1][0] == recs[1], (prof, recs)
+        assert front.headers and all(re.match(rb"PROXY TCP4 127\.0\.0\.1 127\.0\.0\.1 \d+ "
+                                              + str(front.port).encode() + rb"\r\n$", h)
+                                     for h in front.headers), front.headers
+    finally:
+        front.stop()
+
+
 def test_site_unreachable_builtin_logged_once(procs):
     dead = free_ports(1)[0]  # nothing listens there
     key, secret, dc, proxy = proxy_env(procs, ["--tls-profile", "on", "--tls-profile-refresh",
@@ -487,27 +569,15 @@ def test_rst_on_close(procs, rst):
 # --------------------------------------------------------------------------------------------
 # The held close follows the site's idle close
 
-class IdleCloser:
+class IdleCloser(LoopbackServer):
     """A server that closes every connection after a fixed idle time (and answers nothing)."""
 
     def __init__(self, after_s):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
         self.after_s = after_s
-        threading.Thread(target=self._run, daemon=True).start()
+        super().__init__()
 
-    def _run(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Timer(self.after_s, c.close).start()
-
-    def stop(self):
-        self.sock.close()
+    def handle(self, c):
+        threading.Timer(self.after_s, c.close).start()
 
 
 def test_held_close_follows_site_idle_close(procs):
