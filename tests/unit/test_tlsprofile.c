@@ -91,6 +91,7 @@ static void test_client_hello_is_a_hello(void **state)
     assert_int_equal(h.consumed, n);
     assert_true(faketls_hello_has_sni(&h, "www.example.com"));
     assert_int_equal(h.client.cipher_suite, 0x1301);
+    assert_int_equal(h.tls13_suites, 7); /* 1301, 1302 and 1303 offered */
     assert_int_equal(h.client.sid_len, 32);
     assert_memory_equal(h.client.random, r, 32);
     assert_int_equal(tlsprofile_client_hello(out, 100, "www.example.com", r, sid, key), 0);
