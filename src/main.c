@@ -323,9 +323,15 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu", G(user_refused),
              G(acc_rate), G(handshake_cap));
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
-             "strangers_refused %llu hello_budget %llu",
+             "strangers_refused %llu hello_budget %llu unknown_sni %llu",
              G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),
-             G(strangers_refused), G(hello_budget));
+             G(strangers_refused), G(hello_budget), G(unknown_sni));
+    if (n > 0 && pws[0].learn && pws[0].tls_enabled && pws[0].opt->tls_profile) {
+        char prof[320];
+        tlsprofile_describe(tlslearn_current(pws[0].learn), (int64_t)time(NULL), prof,
+                            sizeof prof);
+        log_info("stats: tls profile in use: %s", prof);
+    }
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
              "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
              G(acl_denied), G(acl_not_allowed), G(pp_untrusted), G(pp_bad), G(pp_local),

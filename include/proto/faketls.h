@@ -90,6 +90,7 @@ struct faketls_hello {
     size_t msg_len;    /* handshake message length, its 4-byte header included */
     size_t random_off; /* offset of the random in buf, or SIZE_MAX if split across records */
     uint8_t record_version[2]; /* first record's version: 03 01 or 03 03 */
+    uint8_t tls13_suites;      /* suites offered: bit 0 = 1301, bit 1 = 1302, bit 2 = 1303 */
     struct faketls_client client;
     unsigned nsni; /* host names in server_name (0: no extension) */
     char sni[FAKETLS_SNI_NAMES][FAKETLS_SNI_MAX + 1]; /* as sent, NUL-terminated */
@@ -124,7 +125,8 @@ struct faketls_hello {
  * (out->need >= 1: call again with more bytes; never more than FAKETLS_HELLO_BUF_MAX in total)
  * or FAKETLS_BAD (out->reason) as soon as the bytes so far cannot start a ClientHello we accept.
  * Only buf[0..len) is read; buf is not kept. The cipher suite chosen is the first of 1301..1303
- * in the client's order; a hello offering none of them is BAD (no Telegram client sends one).
+ * in the client's order (tls13_suites says which were offered, for a caller that would rather
+ * answer with another); a hello offering none of them is BAD (no Telegram client sends one).
  */
 enum faketls_status faketls_hello_parse(const uint8_t *buf, size_t len, struct faketls_hello *out);
 

@@ -34,6 +34,7 @@ struct tlslearn {
     char path[OPT_PATH_MAX + 16]; /* state-file + ".tls-profile" */
     double refresh_s;
     double idle_max_s;            /* the idle probe waits at most this long */
+    int proxy_protocol;           /* mask-proxy-protocol: 0, 1 or 2 (a header starts each) */
     struct tlsprofile slots[TLSLEARN_SLOTS];
     atomic_uint cur;              /* 1 + index of the published slot; 0 = none */
     size_t builtin;               /* the built-in used while nothing is learned */

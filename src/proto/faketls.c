@@ -225,10 +225,13 @@ static enum faketls_status parse_fields(const uint8_t *buf, struct faketls_hello
     p += 2;
     if (cs_len < 2 || cs_len % 2 != 0 || cs_len > total - p)
         return bad(out, FAKETLS_R_CIPHER);
-    for (size_t i = 0; i < cs_len && !out->client.cipher_suite; i += 2) {
+    for (size_t i = 0; i < cs_len; i += 2) {
         unsigned cs = view_u16(&v, p + i);
-        if (cs >= 0x1301 && cs <= 0x1303)
-            out->client.cipher_suite = (uint16_t)cs;
+        if (cs >= 0x1301 && cs <= 0x1303) {
+            if (!out->client.cipher_suite)
+                out->client.cipher_suite = (uint16_t)cs;
+            out->tls13_suites |= (uint8_t)(1u << (cs - 0x1301));
+        }
     }
     if (!out->client.cipher_suite)
         return bad(out, FAKETLS_R_CIPHER);

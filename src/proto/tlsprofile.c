@@ -450,9 +450,10 @@ enum faketls_status tlsprofile_parse_text(const char *buf, size_t len, struct tl
         if (ll == 0 || line[0] == '#')
             continue;
         char *v = strchr(line, ' ');
-        if (!v)
-            return FAKETLS_BAD;
-        *v++ = '\0';
+        if (v)
+            *v++ = '\0';
+        else
+            v = line + ll; /* a key alone: an empty value (extensions with none) */
         unsigned long lo[TLSPROFILE_MAX_RECORDS], hi[TLSPROFILE_MAX_RECORDS];
         int n;
         if (!strcmp(line, "host")) {
@@ -476,6 +477,7 @@ enum faketls_status tlsprofile_parse_text(const char *buf, size_t len, struct tl
             if ((n = read_numbers(v, 16, 0xffff, lo, NULL, TLSPROFILE_MAX_EXTS)) < 0)
                 return FAKETLS_BAD;
             p->next = (uint8_t)n;
+            memset(p->ext, 0, sizeof p->ext);
             for (int i = 0; i < n; i++)
                 p->ext[i] = (uint16_t)lo[i];
         } else if (!strcmp(line, "ccs")) {
@@ -486,7 +488,9 @@ enum faketls_status tlsprofile_parse_text(const char *buf, size_t len, struct tl
             n = read_numbers(v, 10, FAKETLS_MAX_CIPHERTEXT, lo, hi, TLSPROFILE_MAX_RECORDS);
             if (n < 1)
                 return FAKETLS_BAD;
-            p->nrec = (uint8_t)n;
+            p->nrec = (uint8_t)n; /* a repeated line replaces the earlier one whole */
+            memset(p->rec_min, 0, sizeof p->rec_min);
+            memset(p->rec_max, 0, sizeof p->rec_max);
             for (int i = 0; i < n; i++) {
                 if (lo[i] == 0)
                     return FAKETLS_BAD;

@@ -850,16 +850,23 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
     struct proxy_worker *pw = c->pw;
     const struct options *o = &c->gen->opt;
     struct faketls_reply r = {.order = (enum faketls_ext_order)o->tls_ext_order};
+    uint16_t suite = 0;
     size_t lo = (size_t)o->tls_appdata_min, hi = (size_t)o->tls_appdata_max;
     if (pw->learn && o->tls_profile) {
         /* the site's shape: its extension order, and its encrypted records' bytes in one */
         const struct tlsprofile *p = tlslearn_current(pw->learn);
         r.order = tlsprofile_ext_order(p);
         tlsprofile_appdata_range(p, (unsigned)o->tls_profile_vary, &lo, &hi);
+        /* the suite the site chose for a browser, if this client offered it too */
+        if (p->cipher >= 0x1301 && p->cipher <= 0x1303 &&
+            (h->tls13_suites & (1u << (p->cipher - 0x1301))))
+            suite = p->cipher;
     }
     r.app_data_len = faketls_draw_len(lo, hi);
     size_t len = faketls_server_hello_len(h->client.sid_len, r.app_data_len);
     struct faketls_client client = h->client; /* h points into the buffer we overwrite */
+    if (suite)
+        client.cipher_suite = suite;
     if (hbuf_reserve(c, len) ||
         faketls_server_hello(c->hbuf, c->hcap, o->secrets[secret_idx].key, &client, &r) != len ||
         side_queue(c, &c->cli, c->hbuf, len)) {

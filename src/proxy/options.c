@@ -474,7 +474,7 @@ const struct config_option options_table[] = {
      "tls-profile-refresh, three TLS 1.3 handshakes of our own to mask-host, or with mask on "
      "the first ee domain, on mask-port, read without decrypting; also how long the site keeps "
      "an idle connection, which held clients follow) and answer ee clients like it: the "
-     "ServerHello's extension order and the bytes of its encrypted records (sent as one record: "
+     "ServerHello's extension order and cipher, and the bytes of its encrypted records (sent as one record: "
      "Telegram clients read exactly one), varied by tls-profile-vary. It is kept in state-file "
      "with .tls-profile appended. Until learned (site unreachable): a built-in profile of a "
      "common server, said once in the log. off: tls-ext-order and tls-appdata-min/max."},

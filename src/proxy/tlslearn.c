@@ -14,6 +14,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "crypto/crypto.h"
+#include "proxy/fronting.h"
 
 #define HS_TIMEOUT 5.0    /* a handshake round must end within this */
 #define HS_QUIET 0.4      /* after a packed last record: this much silence ends the flight */
@@ -98,6 +99,9 @@ int tlslearn_init(struct tlslearn *l, const struct options *o, char *err, size_t
     snprintf(l->path, sizeof l->path, "%s" PROFILE_SUFFIX, o->state_file);
     l->refresh_s = o->tls_profile_refresh_ms / 1000.0;
     l->idle_max_s = o->tls_profile_idle_ms / 1000.0;
+    l->proxy_protocol = o->mask_proxy_protocol;
+    if (o->socks5_on && o->socks5_mask)
+        log_warn("tls-profile: the site is reached directly, not through socks5, to learn it");
     struct tlsprofile p;
     if (load_stored(l->path, l->sni, &p) == 0) {
         publish(l, &p);
@@ -155,6 +159,19 @@ static int lconn_open(struct tlslearn *l, struct tlslearn_conn *c, void (*cb)(st
     c->timer.data = l;
     ev_timer_start(l->loop, &c->timer);
     return 0;
+}
+
+/* With mask-proxy-protocol, the PROXY header the site expects first (naming this socket's own
+ * address as the client, as fronted clients' headers name theirs). Returns its length. */
+static size_t proxy_header(const struct tlslearn *l, int fd, uint8_t *out, size_t cap)
+{
+    if (!l->proxy_protocol)
+        return 0;
+    struct sock_addr self;
+    self.len = sizeof self.u;
+    if (getsockname(fd, &self.u.sa, &self.len) != 0)
+        return 0;
+    return mask_proxy_header(out, cap, l->proxy_protocol, &self, &l->target);
 }
 
 /* ---- the handshake rounds ---- */
@@ -261,13 +278,15 @@ static void on_hs_io(struct ev_loop *loop, ev_io *io, int revents)
             return;
         }
         c->connected = 1;
-        uint8_t hello[TLSPROFILE_HELLO_MAX], rnd[96], key[32];
+        uint8_t hello[128 + TLSPROFILE_HELLO_MAX], rnd[96], key[32];
         if (crypto_random(rnd, sizeof rnd) || crypto_x25519_public(key)) {
             hs_fail(l, "no random source");
             return;
         }
-        size_t n = tlsprofile_client_hello(hello, sizeof hello, l->sni, rnd, rnd + 32, key);
-        if (!n || send(c->fd, hello, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        size_t ph = proxy_header(l, c->fd, hello, 128);
+        size_t n = tlsprofile_client_hello(hello + ph, sizeof hello - ph, l->sni, rnd, rnd + 32,
+                                           key);
+        if (!n || send(c->fd, hello, ph + n, MSG_NOSIGNAL) != (ssize_t)(ph + n)) {
             hs_fail(l, "cannot send the hello");
             return;
         }
@@ -358,6 +377,12 @@ static void on_idle_io(struct ev_loop *loop, ev_io *io, int revents)
         }
         c->connected = 1;
         c->start = ev_now(loop);
+        uint8_t ph[128];
+        size_t phl = proxy_header(l, c->fd, ph, sizeof ph);
+        if (phl && send(c->fd, ph, phl, MSG_NOSIGNAL) != (ssize_t)phl) {
+            idle_end(l, 0);
+            return;
+        }
         ev_io_stop(loop, io);
         ev_io_set(io, c->fd, EV_READ);
         ev_io_start(loop, io);

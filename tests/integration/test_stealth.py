@@ -57,9 +57,12 @@ class Site:
         d = os.path.join(procs.workdir, "site-" + kind)
         chain = make_chain(d, kind)
         self.port = free_ports(1)[0]
-        # one TLS 1.3 suite (what our hello and Python's would each make it choose differs)
+        # one TLS 1.3 suite (what our hello and Python's would each make it choose differs);
+        # the EC site's is not the one clients list first
+        self.suite = 0x1301 if chain else 0x1302
         argv = ["openssl", "s_server", "-accept", f"127.0.0.1:{self.port}", "-cert", "leaf.pem",
-                "-key", "leaf.key", "-www", "-quiet", "-ciphersuites", "TLS_AES_128_GCM_SHA256"] + (["-cert_chain", "ca.pem"] if chain
+                "-key", "leaf.key", "-www", "-quiet", "-ciphersuites",
+                "TLS_AES_128_GCM_SHA256" if chain else "TLS_AES_256_GCM_SHA384"] + (["-cert_chain", "ca.pem"] if chain
                                                            else [])
         self.p = subprocess.Popen(argv, cwd=d, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -127,6 +130,7 @@ def site_flight(port):
         hdr, sh = read_record(s)
         assert hdr[0] == 0x16 and sh[0] == 2, hdr
         exts = sh_extensions(sh)
+        fin = 69 if sh_cipher(sh) == 0x1302 else 53  # sealed Finished: SHA-384 or SHA-256
         ccs, recs = False, []
         while True:
             hdr, body = read_record(s)
@@ -135,8 +139,14 @@ def site_flight(port):
                 continue
             assert hdr[0] == 0x17, hdr
             recs.append(len(body))
-            if len(body) == 53:
+            if len(body) == fin:
                 return exts, ccs, recs
+
+
+def sh_cipher(sh):
+    off = 4 + 2 + 32
+    off += 1 + sh[off]
+    return struct.unpack(">H", sh[off:off + 2])[0]
 
 
 def sh_extensions(sh):
@@ -230,6 +240,7 @@ class EeClient:
         resp[11:43] = bytes(32)
         assert hmac.new(key, rnd + bytes(resp), hashlib.sha256).digest() == got, "bad HMAC"
         self.exts = sh_extensions(sh)
+        self.cipher = sh_cipher(sh)
         self.app_len = len(app)
         # obfuscated2 header, padded intermediate
         while True:
@@ -320,6 +331,7 @@ def test_profile_learned_and_followed(procs, sites, kind):
     prof = stored_profile(os.path.join(procs.workdir, "mtproxy.state.tls-profile"))
     # The learned profile is what the site sent: its record count and lengths, its extensions.
     assert prof["host"] == DOMAIN and prof["ccs"] == "1", prof
+    assert int(prof["cipher"], 16) == site.suite, prof
     assert prof["exts"] == exts, (prof, exts)
     assert len(prof["recs"]) == len(recs), (prof, recs)
     for (lo, hi), n in zip(prof["recs"], recs):
@@ -334,6 +346,7 @@ def test_profile_learned_and_followed(procs, sites, kind):
         c = EeClient(proxy.port, key)
         assert [e for e in c.exts if e in (0x2b, 0x33)] == [e for e in exts if e in (0x2b, 0x33)]
         assert lo <= c.app_len <= hi, (c.app_len, lo, hi)
+        assert c.cipher == site.suite  # the site's choice (the client offered all three)
         lens.add(c.app_len)
         c.send(rawclient.test_request(10, 10))
         c.s.close()
@@ -359,6 +372,88 @@ def probe_bytes(port, data):
                 break
             got += chunk
         return got
+
+
+class LoopbackServer:
+    """A listening socket on 127.0.0.1 whose connections go to self.handle (own thread)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.handle(c)
+
+    def stop(self):
+        self.sock.close()
+
+
+class ProxyHeaderFront(LoopbackServer):
+    """In front of a site that wants a PROXY v1 header: records each connection's header line,
+    then relays to the site (loopback only)."""
+
+    def __init__(self, site_port):
+        self.site_port = site_port
+        self.headers = []
+        super().__init__()
+
+    def handle(self, c):
+        threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        line = b""
+        while not line.endswith(b"\r\n") and len(line) < 120:
+            b = c.recv(1)
+            if not b:
+                c.close()
+                return
+            line += b
+        self.headers.append(line)
+        up = socket.create_connection(("127.0.0.1", self.site_port))
+
+        def pump(a, b):
+            try:
+                while True:
+                    d = a.recv(65536)
+                    if not d:
+                        break
+                    b.sendall(d)
+            except OSError:
+                pass
+            for x in (a, b):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        threading.Thread(target=pump, args=(up, c), daemon=True).start()
+        pump(c, up)
+
+
+def test_profile_learned_through_proxy_protocol(procs, sites):
+    # mask-proxy-protocol: the learner's connections start with the header the site expects
+    site = sites("ec256-leaf")
+    front = ProxyHeaderFront(site.port)
+    try:
+        _, _, recs = site_flight(site.port)
+        key, secret, dc, proxy = proxy_env(procs, ["--tls-profile", "on", "--tls-profile-idle-max",
+                                                   "300ms", "--mask-proxy-protocol", "v1"],
+                                           mask_port=front.port)
+        wait_log(proxy, r"tls-profile: learned ", 10)
+        prof = stored_profile(os.path.join(procs.workdir, "mtproxy.state.tls-profile"))
+        assert len(prof["recs"]) == len(recs) and prof["recs"][1][0] == recs[1], (prof, recs)
+        assert front.headers and all(re.match(rb"PROXY TCP4 127\.0\.0\.1 127\.0\.0\.1 \d+ "
+                                              + str(front.port).encode() + rb"\r\n$", h)
+                                     for h in front.headers), front.headers
+    finally:
+        front.stop()
 
 
 def test_site_unreachable_builtin_logged_once(procs):
@@ -487,27 +582,15 @@ def test_rst_on_close(procs, rst):
 # --------------------------------------------------------------------------------------------
 # The held close follows the site's idle close
 
-class IdleCloser:
+class IdleCloser(LoopbackServer):
     """A server that closes every connection after a fixed idle time (and answers nothing)."""
 
     def __init__(self, after_s):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
         self.after_s = after_s
-        threading.Thread(target=self._run, daemon=True).start()
+        super().__init__()
 
-    def _run(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Timer(self.after_s, c.close).start()
-
-    def stop(self):
-        self.sock.close()
+    def handle(self, c):
+        threading.Timer(self.after_s, c.close).start()
 
 
 def test_held_close_follows_site_idle_close(procs):

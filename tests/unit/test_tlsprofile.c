@@ -91,6 +91,7 @@ static void test_client_hello_is_a_hello(void **state)
     assert_int_equal(h.consumed, n);
     assert_true(faketls_hello_has_sni(&h, "www.example.com"));
     assert_int_equal(h.client.cipher_suite, 0x1301);
+    assert_int_equal(h.tls13_suites, 7); /* 1301, 1302 and 1303 offered */
     assert_int_equal(h.client.sid_len, 32);
     assert_memory_equal(h.client.random, r, 32);
     assert_int_equal(tlsprofile_client_hello(out, 100, "www.example.com", r, sid, key), 0);
@@ -204,6 +205,18 @@ static void test_text_round_trip(void **state)
     assert_non_null(strstr(d, "site.example (learned 60s ago)"));
     assert_non_null(strstr(d, "96-98"));
     assert_int_equal(tlsprofile_format(&p, text, 20), 0);
+    /* no extensions: written as a bare key, read back as none (found by fuzz_tlsprofile) */
+    r.next = 0;
+    tl = tlsprofile_format(&r, text, sizeof text);
+    assert_non_null(strstr(text, "\nextensions\n"));
+    assert_int_equal(tlsprofile_parse_text(text, tl, &q), FAKETLS_OK);
+    assert_int_equal(q.next, 0);
+    /* a repeated records line replaces the first whole (found by fuzz_tlsprofile) */
+    static const char twice[] = "host a\nversion 0304\nrecords 10 20 30\nrecords 40\n";
+    assert_int_equal(tlsprofile_parse_text(twice, strlen(twice), &q), FAKETLS_OK);
+    assert_int_equal(q.nrec, 1);
+    assert_int_equal(q.rec_max[0], 40);
+    assert_int_equal(q.rec_min[1], 0);
     static const char *const bad[] = {
         "host a\nrecords\nversion 0304\n",        /* no records */
         "records 5\nversion 0304\n",              /* no host */
@@ -215,6 +228,7 @@ static void test_text_round_trip(void **state)
         "host a b\nrecords 5\nversion 0304\n",
         "host a\nrecords 5\nversion 0304\nccs 2\n",
         "noval\n",
+        "host\nrecords 5\nversion 0304\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(tlsprofile_parse_text(bad[i], strlen(bad[i]), &r), FAKETLS_BAD);
