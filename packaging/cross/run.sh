@@ -13,7 +13,8 @@
 #      MTPROXY_CROSS_PARALLEL N  build and test N architectures at once (default 1), each with
 #                             JOBS/N jobs and its output in build-ARCH.run.log; the installs
 #                             (apt, sysroots) still run one after the other first
-#      MTPROXY_SLOW           factor for the integration harness's time bounds (default 2: qemu)
+#      MTPROXY_SLOW           factor for the integration harness's time bounds (default 2: qemu;
+#                             3 with MTPROXY_CROSS_PARALLEL above 1)
 #      MTPROXY_CROSS_BUILD    build directory prefix (default SRC/build-)
 #      JOBS                   parallel build jobs (default: nproc)
 set -u
@@ -25,7 +26,10 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 # faults) to keep both arches within ~10 minutes; every other unit, packaging and integration
 # suite runs. MTPROXY_CROSS_EXCLUDE= runs everything.
 exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults)}
-MTPROXY_SLOW=${MTPROXY_SLOW:-2}
+# Two arches at once on two cores give each about half the CPU: slower again under qemu.
+slow_default=2
+[ "${MTPROXY_CROSS_PARALLEL:-1}" -le 1 ] || slow_default=3
+MTPROXY_SLOW=${MTPROXY_SLOW:-$slow_default}
 export MTPROXY_SLOW
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 summary=''
