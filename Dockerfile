@@ -2,7 +2,7 @@
 #
 #   docker build -t mtproxy .
 #   docker run -d --name mtproxy -p 443:8443 -v mtproxy-state:/var/lib/mtproxy mtproxy \
-#       --config /etc/mtproxy/mtproxy.conf --public-host proxy.example.org
+#       --config /etc/mtproxy/mtproxy.conf --public-host proxy.example.org --public-port 443
 #
 # Configure with a mounted file (-v /srv/mtproxy.conf:/etc/mtproxy/mtproxy.conf:ro) and/or
 # --KEY VALUE flags after the image name (they replace the default command, so keep --config if

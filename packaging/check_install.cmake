@@ -1,5 +1,6 @@
 # check_install.cmake: ctest script: `cmake --install` into a scratch DESTDIR and check the layout.
-# Inputs: BUILD (build dir), DEST (scratch DESTDIR), CONF, FILES (|-separated paths expected under DEST).
+# Inputs: BUILD (build dir), DEST (scratch DESTDIR), CONF, FILES (|-separated paths expected under DEST),
+# UNITDIR (the unit's directory relative to the prefix; empty: no unit, or an absolute one).
 file(REMOVE_RECURSE "${DEST}")
 set(ENV{DESTDIR} "${DEST}")
 execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" RESULT_VARIABLE rc)
@@ -20,5 +21,26 @@ execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" RESULT_VARIABLE 
 file(STRINGS "${DEST}${CONF}" last REGEX "^# edited$")
 if(NOT rc EQUAL 0 OR NOT last)
   message(FATAL_ERROR "a second install overwrote ${CONF}")
+endif()
+
+# `cmake --install --prefix P` (no DESTDIR): the config goes to P/etc and the unit names P's paths.
+unset(ENV{DESTDIR})
+set(P "${DEST}/prefix")
+execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --prefix "${P}" RESULT_VARIABLE rc
+                OUTPUT_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install --prefix ${P} failed: ${rc}")
+endif()
+foreach(f bin/mtproxy etc/mtproxy/mtproxy.conf)
+  if(NOT EXISTS "${P}/${f}")
+    message(FATAL_ERROR "cmake --install --prefix ${P}: not installed: ${P}/${f}")
+  endif()
+endforeach()
+if(UNITDIR)
+  file(STRINGS "${P}/${UNITDIR}/mtproxy.service" exec REGEX "^ExecStart=")
+  if(NOT exec STREQUAL "ExecStart=${P}/bin/mtproxy --config ${P}/etc/mtproxy/mtproxy.conf")
+    message(FATAL_ERROR "the unit installed with --prefix ${P} says: ${exec}")
+  endif()
+  message(STATUS "--prefix: ${exec}")
 endif()
 file(REMOVE_RECURSE "${DEST}")

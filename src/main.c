@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -28,6 +29,7 @@
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
 #include "proxy/metrics.h"
+#include "proxy/middle.h"
 #include "proxy/options.h"
 #include "proxy/reload.h"
 #include "proxy/tools.h"
@@ -35,10 +37,19 @@
 
 #define EXIT_CONFIG 2
 
+/* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
+static size_t help_width(FILE *f)
+{
+    struct winsize ws;
+    if (isatty(fileno(f)) && ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col < 40 ? 40 : ws.ws_col;
+    return 80;
+}
+
 static void usage(FILE *f)
 {
     static char help[32768];
-    config_help(options_table, options_count, help, sizeof help);
+    config_help(options_table, options_count, help_width(f), help, sizeof help);
     fprintf(f,
             "mtproxy %s: an MTProto proxy for Telegram.\n\n"
             "Usage:\n"
@@ -122,7 +133,7 @@ static int ensure_secret(struct options *o, char *err, size_t errlen)
 }
 
 /* Raises RLIMIT_NOFILE to its hard limit and lowers max-connections to fit it. */
-static void fit_fd_limit(struct options *o, int nworkers)
+static void fit_fd_limit(struct options *o, int nworkers, const struct me_table *me)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -142,6 +153,8 @@ static void fit_fd_limit(struct options *o, int nworkers)
     for (int i = 0; i < o->ndcs; i++)
         ids += i == 0 || o->dcs[i].id != o->dcs[i - 1].id;
     reserve += (long long)nworkers * o->dc_pool * (ids + (o->dc_builtin ? 6 : 0));
+    if (me) /* ME links, with room for a reload's new set while the old one drains */
+        reserve += 2LL * nworkers * o->me_pool * me->naddrs;
     long long fit = ((long long)rl.rlim_cur - reserve) / 2;
     if (rl.rlim_cur != RLIM_INFINITY && fit < o->max_connections) {
         if (fit < 1)
@@ -264,6 +277,25 @@ static void log_user_stats(const struct users *u)
     }
 }
 
+/* SIGHUP in middle mode: rereads proxy-secret-file and proxy-config-file and hands the new
+ * table to the workers (new clients use it; old links finish their clients). A bad file keeps
+ * the current table. Returns the table now in use. */
+static struct me_table *reload_middle(const struct options *o, struct proxy_worker *pws, int n,
+                                      struct me_table *cur)
+{
+    char err[CONFIG_ERR_LEN];
+    struct me_table *t = middle_table_load(o, err, sizeof err);
+    if (!t) {
+        log_error("SIGHUP: middle-proxy files not reloaded, keeping the current ones: %s", err);
+        return cur;
+    }
+    middle_reload(pws, n, t);
+    middle_table_put(cur);
+    log_info("SIGHUP: middle-proxy files reloaded: %d ME address%s", t->naddrs,
+             t->naddrs == 1 ? "" : "es");
+    return t;
+}
+
 static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
@@ -278,38 +310,39 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         fd_limit += STAT_GET(&ws[i].stats.accept_fd_limit);
         pauses += STAT_GET(&ws[i].stats.accept_pauses);
     }
+#define G(f) ((unsigned long long)STAT_GET(&s.f))
     log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
              "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "
              "spliced %llu pipe_full %llu block_waits %llu accept_fd_limit %llu accept_pauses %llu",
-             (unsigned long long)s.accepted, (unsigned long long)s.active,
-             (unsigned long long)s.handshakes, (unsigned long long)s.dc_connects,
-             (unsigned long long)s.dc_connect_fails, (unsigned long long)s.bytes_up,
-             (unsigned long long)s.bytes_down, (unsigned long long)s.reads,
-             (unsigned long long)s.writes, (unsigned long long)s.spliced,
-             (unsigned long long)s.pipe_full, (unsigned long long)s.block_waits, fd_limit, pauses);
-    log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu",
-             (unsigned long long)s.user_refused, (unsigned long long)s.acc_rate,
-             (unsigned long long)s.handshake_cap);
+             G(accepted), G(active), G(handshakes), G(dc_connects), G(dc_connect_fails),
+             G(bytes_up), G(bytes_down), G(reads), G(writes), G(spliced), G(pipe_full),
+             G(block_waits), fd_limit, pauses);
+    log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu", G(user_refused),
+             G(acc_rate), G(handshake_cap));
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu",
-             (unsigned long long)s.tls_handshakes, (unsigned long long)s.rejected,
-             (unsigned long long)s.masked, (unsigned long long)s.replays,
-             (unsigned long long)s.tls_hmacs, (unsigned long long)s.strangers_refused,
-             (unsigned long long)s.hello_budget);
+             G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),
+             G(strangers_refused), G(hello_budget));
     log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
              "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
-             (unsigned long long)s.acl_denied, (unsigned long long)s.acl_not_allowed,
-             (unsigned long long)s.pp_untrusted, (unsigned long long)s.pp_bad,
-             (unsigned long long)s.pp_local, (unsigned long long)s.socks_fails,
-             (unsigned long long)s.store_replays, (unsigned long long)s.store_failed);
+             G(acl_denied), G(acl_not_allowed), G(pp_untrusted), G(pp_bad), G(pp_local),
+             G(socks_fails), G(store_replays), G(store_failed));
     char line[1024];
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
-                                (unsigned long long)s.closed[r]);
+                                G(closed[r]));
     log_info("stats: closed:%s", line);
     log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
              pool[1], pool[2], pool[3]);
+    if (pws[0].opt->middle)
+        log_info("stats: me handshakes %llu handshake_fails %llu connect_fails %llu "
+                 "link_drops %llu dead_closed %llu slow_closed %llu link_pauses %llu requests "
+                 "%llu answers %llu acks %llu pings %llu unknown %llu",
+                 G(me_handshakes), G(me_handshake_fails), G(me_connect_fails), G(me_link_drops),
+                 G(me_dead_closed), G(me_slow_closed), G(me_link_pauses), G(me_requests),
+                 G(me_answers), G(me_acks), G(me_pings), G(me_unknown));
+#undef G
     if (n && pws[0].users)
         log_user_stats(pws[0].users);
 }
@@ -475,8 +508,6 @@ static void log_acl(const struct acl *acl)
 struct state_saver {
     struct users *users;
     char *last; /* what was written last */
-    char *buf;
-    size_t cap;
 };
 
 static void state_save(struct state_saver *sv, const struct gen *g, int final)
@@ -622,12 +653,25 @@ int main(int argc, char **argv)
     /* Everything start-up would fail on later, checked now (and by --check-config). */
     if (g)
         startup_checks(&g->opt, check_only, &errs);
+    /* Middle mode's files are read here too, so --check-config reports their errors (and
+     * reread on SIGHUP: reload_middle). */
+    struct me_table *me = NULL;
+    if (g && g->opt.middle && !errs.count) {
+        char merr[CONFIG_ERR_LEN];
+        if (!(me = middle_table_load(&g->opt, merr, sizeof merr))) {
+            snprintf(errs.msg[0], CONFIG_ERR_LEN, "%s", merr);
+            errs.count = 1;
+        }
+    }
     if (errs.count) {
         print_errors(&errs);
         return EXIT_CONFIG;
     }
     struct options *o0 = &g->opt;
     if (check_only) {
+        if (me)
+            printf("middle-proxy mode: %d ME address%s, proxy secret of %zu bytes\n",
+                   me->naddrs, me->naddrs == 1 ? "" : "es", me->secret_len);
         printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
                "access-list range%s)\n",
                o0->nlisten, o0->nlisten == 1 ? "" : "es", o0->nsecrets,
@@ -670,7 +714,7 @@ int main(int argc, char **argv)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nworkers = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
     }
-    fit_fd_limit(o0, nworkers);
+    fit_fd_limit(o0, nworkers, me);
 
     /* The users registry: one id per secret name, per-user counters per worker; the quota
      * used so far comes from the state file. */
@@ -713,6 +757,10 @@ int main(int argc, char **argv)
         if (worker_init(&ws[i], i, NULL, NULL, NULL, NULL) ||
             proxy_worker_init(&pws[i], &ws[i], g, &users, replay, nworkers)) {
             log_error("cannot set up worker %d", i);
+            return 1;
+        }
+        if (me && middle_init(&pws[i], me)) {
+            log_error("cannot set up middle-proxy mode in worker %d", i);
             return 1;
         }
         for (int l = 0; l < opt->nlisten; l++) {
@@ -794,7 +842,11 @@ int main(int argc, char **argv)
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
 
+    /* What the state file holds now: it is rewritten only when that changes (after dropping
+     * privileges, only a quota makes it change; see startup_checks). */
     struct state_saver saver = {.users = &users};
+    size_t last_cap = 0;
+    users_state_format(&users, &saver.last, &last_cap);
     for (;;) {
         int sig = 0;
         /* Woken every few seconds to keep the quota used in the state file. */
@@ -819,6 +871,10 @@ int main(int argc, char **argv)
                 print_links(&g->opt, run_uid);
                 state_save(&saver, g, 0);
             }
+            /* Middle mode's files, from the paths now in force (ad-tag itself needs a
+             * restart to switch modes). */
+            if (me)
+                me = reload_middle(&g->opt, pws, nworkers, me);
         } else if (sig == SIGUSR1) {
             log_stats(pws, ws, nworkers);
         } else {
@@ -843,6 +899,7 @@ int main(int argc, char **argv)
     free(ws);
     free(pws);
     replay_free(replay);
+    middle_table_put(me);
     gen_unref(g);
     users_destroy(&users);
     free(saver.last);

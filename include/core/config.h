@@ -86,8 +86,10 @@ int config_load_file(struct config_parser *p, const char *path);
  * values are recorded as errors (`--key: message`). Returns the number of errors added. */
 int config_load_args(struct config_parser *p, int argc, char **argv);
 
-/* Writes a help listing of every option (name, arg, default, help) to buf. */
-void config_help(const struct config_option *opts, size_t nopts, char *buf, size_t len);
+/* Writes a help listing of every option (name, arg, default, help) to buf[len] (always
+ * terminated; truncated if short), each help text wrapped at width columns (0: unwrapped). */
+void config_help(const struct config_option *opts, size_t nopts, size_t width, char *buf,
+                 size_t len);
 
 /* Value parsers, exposed for tests and custom callbacks. Return 0, or -1 with err. */
 int config_parse_bool(const char *s, int *out, char *err, size_t errlen);

@@ -76,4 +76,31 @@ void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypt
  * discarded): a real curve point for a ServerHello key_share. Returns 0, or -1 on failure. */
 int crypto_x25519_public(uint8_t out[32]);
 
+/* --- middle-proxy link: MD5, SHA-1 (key derivation) and AES-256-CBC (PROTOCOL.md 6.4) --- */
+
+#define CRYPTO_MD5_LEN 16
+#define CRYPTO_SHA1_LEN 20
+#define CRYPTO_CBC_BLOCK 16
+
+/* MD5 / SHA-1 of data. On an OpenSSL failure out is filled with random bytes (so the derived
+ * keys match nothing). */
+void crypto_md5(const void *data, size_t len, uint8_t out[CRYPTO_MD5_LEN]);
+void crypto_sha1(const void *data, size_t len, uint8_t out[CRYPTO_SHA1_LEN]);
+
+/* One AES-256-CBC stream without padding: consecutive calls chain (the IV of each call is the
+ * last ciphertext block of the previous one), as on an ME link. Opaque like crypto_ctr. */
+struct crypto_cbc;
+
+/* Allocates a stream keyed with key/iv, encrypting (encrypt = 1) or decrypting. Returns NULL
+ * on failure. */
+struct crypto_cbc *crypto_cbc_new(const uint8_t key[CRYPTO_KEY_LEN],
+                                  const uint8_t iv[CRYPTO_IV_LEN], int encrypt);
+
+/* Frees a stream (NULL is fine). */
+void crypto_cbc_free(struct crypto_cbc *c);
+
+/* Encrypts or decrypts len bytes (a multiple of CRYPTO_CBC_BLOCK) from in to out (in may
+ * equal out). Returns 0, or -1 (out zero-filled) on a bad length or an OpenSSL failure. */
+int crypto_cbc_apply(struct crypto_cbc *c, const uint8_t *in, uint8_t *out, size_t len);
+
 #endif

@@ -64,6 +64,8 @@ enum conn_reason {
     CR_MASK_UNREACHABLE,  /* the fronting target could not be reached */
     CR_SHUTDOWN,          /* proxy stopping */
     CR_REFUSED,           /* access list or PROXY header: refused before any byte of ours */
+    CR_ME_LINK,           /* middle mode: the client's ME link died */
+    CR_SLOW,              /* middle mode: over me-client-buffer (a client that stopped reading) */
     CR_LIMIT,             /* the user's quota ran out or it expired while connected */
     CR_USER_REMOVED,      /* a reload removed the user */
     CR_HANDSHAKE_CAP,     /* max-handshakes: the oldest unfinished handshake made room */
@@ -168,6 +170,7 @@ struct conn {
     uint8_t kind;              /* enum conn_kind, counted in kind_active while open */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
+    struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
 };
 
 /* Counters of one worker; written by it only (relaxed), summed by readers. */
@@ -203,6 +206,19 @@ struct proxy_stats {
     stat_t handshake_cap;    /* unfinished handshakes closed for max-handshakes */
     stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
+    /* middle mode */
+    stat_t me_handshakes;      /* ME links that completed the handshake */
+    stat_t me_handshake_fails; /* handshakes that failed after the nonce (nat-info?) */
+    stat_t me_connect_fails;   /* connects/nonces that failed */
+    stat_t me_link_drops;      /* ready links lost */
+    stat_t me_dead_closed;     /* clients closed because their link died */
+    stat_t me_slow_closed;     /* clients closed over me-client-buffer */
+    stat_t me_link_pauses;     /* a link stopped being read (me-link-buffer) */
+    stat_t me_requests;        /* RPC_PROXY_REQ sent */
+    stat_t me_answers;         /* RPC_PROXY_ANS delivered */
+    stat_t me_acks;            /* RPC_SIMPLE_ACK delivered */
+    stat_t me_pings;           /* RPC_PING answered */
+    stat_t me_unknown;         /* messages for a connection id we no longer know */
     stat_t closed[CR_COUNT];
     stat_t kind_total[CK_COUNT];  /* connections that turned out to be each kind */
     stat_t kind_active[CK_COUNT]; /* of those, open now */
@@ -249,6 +265,7 @@ struct proxy_worker {
     uint64_t next_id;
     struct sock_opts sockopts;
     struct dcpool_set dcpool;
+    struct middle *middle;             /* middle mode (ad-tag); NULL in direct mode */
     /* Log lines about strangers (rejected or failed handshakes), per close reason (and one
      * more slot for reject lines): LOG_BURST a window, the rest counted and summed up. */
     struct {

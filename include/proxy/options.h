@@ -19,6 +19,13 @@
 #define OPT_PATH_MAX 1024
 #define OPT_MAX_ACL 256      /* allow/deny lines in the config; longer lists go in files */
 #define OPT_MAX_ACL_FILES 8
+#define OPT_MAX_NAT 8
+
+/* `nat-info = PRIVATE:PUBLIC`: a local address and the public one the MEs see for it. */
+struct opt_nat {
+    int v6;
+    unsigned char priv[16], pub[16]; /* network order; IPv4 in [0..4) */
+};
 
 /* One configured DC address (`dc = ID ADDRESS:PORT`); several per id are tried in order. */
 struct opt_dc {
@@ -71,6 +78,18 @@ struct options {
     int splice;
     int splice_tls;
     int dc_pool;
+
+    /* Middle-proxy mode (ad-tag given): clients reach Telegram through its middle proxies. */
+    int middle;
+    unsigned char ad_tag[16];
+    char proxy_secret_file[OPT_PATH_MAX];
+    char proxy_config_file[OPT_PATH_MAX];
+    struct opt_nat nat[OPT_MAX_NAT];
+    int nnat;
+    int me_pool;               /* links per ME address per worker */
+    size_t me_client_buffer;   /* bytes queued toward one client: past it that client closes */
+    size_t me_request_buffer;  /* bytes of one client queued toward the ME: past it, not read */
+    size_t me_link_buffer;     /* bytes read from a link not yet delivered: past it, not read */
     unsigned write_batch_ms;
     int write_batch_mode; /* enum write_batch_mode */
     int buffers; /* 0 pooled, 1 per-connection */

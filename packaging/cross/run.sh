@@ -1,7 +1,7 @@
 #!/bin/sh
-# run.sh: cross-builds mtproxy for armhf / s390x with Debian's toolchains and runs its tests under qemu-user.
+# run.sh: cross-builds mtproxy for armhf, mipsel, arm64 and s390x with Debian's toolchains and runs its tests under qemu-user.
 #
-# Usage: packaging/cross/run.sh ARCH...        (ARCH: armhf, s390x; e.g. run.sh armhf s390x)
+# Usage: packaging/cross/run.sh ARCH...        (ARCH: armhf, mipsel, arm64, s390x)
 # Per ARCH: installs what is missing (as root, apt-get: the cross gcc, qemu-user-static), unpacks
 # Debian's ARCH packages of libev, OpenSSL and cmocka into build-ARCH/sysroot (dpkg -x: no
 # multiarch co-installation, so the host's libssl-dev version need not match the target's),
@@ -69,7 +69,7 @@ setup() {
     debs=$sysroot.debs
     rm -rf "$sysroot" "$debs"
     mkdir -p "$sysroot" "$debs"
-    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev
+    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev libqrencode4 libqrencode-dev
     pkgs=''
     for p in "$@"; do pkgs="$pkgs $p:$arch"; done
     sandbox=''
@@ -94,9 +94,11 @@ run_arch() {
     arch=$1
     case "$arch" in
     armhf) triplet=arm-linux-gnueabihf qemu=qemu-arm-static ;;
+    mipsel) triplet=mipsel-linux-gnu qemu=qemu-mipsel-static ;;
+    arm64) triplet=aarch64-linux-gnu qemu=qemu-aarch64-static ;;
     s390x) triplet=s390x-linux-gnu qemu=qemu-s390x-static ;;
     *)
-        log "unknown ARCH '$arch' (armhf or s390x)" >&2
+        log "unknown ARCH '$arch' (armhf, mipsel, arm64 or s390x)" >&2
         return 2
         ;;
     esac
@@ -150,7 +152,7 @@ run_arch() {
 }
 
 if [ $# -eq 0 ]; then
-    echo "usage: $0 ARCH... (armhf, s390x)" >&2
+    echo "usage: $0 ARCH... (armhf, mipsel, arm64, s390x)" >&2
     exit 2
 fi
 for a in "$@"; do

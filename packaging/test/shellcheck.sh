@@ -8,6 +8,7 @@ if ! command -v shellcheck >/dev/null 2>&1; then
 fi
 cd "$src" || exit 1
 set -- packaging/sysv/mtproxy \
+    packaging/mtproxy-update-config \
     packaging/openwrt/files/mtproxy.init \
     packaging/openwrt/files/mtproxy-uci-gen.sh \
     packaging/openwrt/test/*.sh \

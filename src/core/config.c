@@ -418,16 +418,63 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
     return p->errors.count - before;
 }
 
-void config_help(const struct config_option *opts, size_t nopts, char *buf, size_t len)
+/* Appends to buf[len] at *n (stays terminated; truncates). */
+static void help_append(char *buf, size_t len, size_t *n, const char *s, size_t slen)
+{
+    if (*n + 1 >= len)
+        return;
+    if (slen > len - 1 - *n)
+        slen = len - 1 - *n;
+    memcpy(buf + *n, s, slen);
+    *n += slen;
+    buf[*n] = 0;
+}
+
+/* Appends text's words as lines indented by indent spaces and at most width columns (0: one
+ * line); a word longer than a line gets a line of its own. */
+static void help_wrap(char *buf, size_t len, size_t *n, const char *text, size_t width,
+                      size_t indent)
+{
+    static const char spaces[] = "                ";
+    size_t col = 0;
+    for (const char *p = text; *p;) {
+        p += strspn(p, " ");
+        size_t w = strcspn(p, " ");
+        if (!w)
+            break;
+        if (col && width && col + 1 + w > width) {
+            help_append(buf, len, n, "\n", 1);
+            col = 0;
+        }
+        if (!col) {
+            help_append(buf, len, n, spaces, indent < 16 ? indent : 16);
+            col = indent;
+        } else {
+            help_append(buf, len, n, " ", 1);
+            col++;
+        }
+        help_append(buf, len, n, p, w);
+        col += w;
+        p += w;
+    }
+    help_append(buf, len, n, "\n", 1);
+}
+
+void config_help(const struct config_option *opts, size_t nopts, size_t width, char *buf,
+                 size_t len)
 {
     size_t n = 0;
-    for (size_t i = 0; i < nopts && n < len; i++) {
+    if (len)
+        buf[0] = 0;
+    for (size_t i = 0; i < nopts; i++) {
         const struct config_option *o = &opts[i];
-        n += (size_t)snprintf(buf + n, len - n, "  --%s %s%s\n      %s%s%s%s\n", o->name,
-                              o->arg ? o->arg : "VALUE",
-                              (o->flags & CFG_REPEAT) ? "   (repeatable)" : "", o->help,
-                              o->def && *o->def ? " Default: " : "",
-                              o->def && *o->def ? o->def : "",
-                              o->def && *o->def ? "." : "");
+        char line[1024];
+        snprintf(line, sizeof line, "  --%s %s%s\n", o->name, o->arg ? o->arg : "VALUE",
+                 (o->flags & CFG_REPEAT) ? "   (repeatable)" : "");
+        help_append(buf, len, &n, line, strlen(line));
+        int has_def = o->def && *o->def;
+        snprintf(line, sizeof line, "%s%s%s%s", o->help, has_def ? " Default: " : "",
+                 has_def ? o->def : "", has_def ? "." : "");
+        help_wrap(buf, len, &n, line, width, 6);
     }
 }

@@ -269,3 +269,68 @@ int crypto_x25519_public(uint8_t out[32]) {
     EVP_PKEY_CTX_free(pc);
     return ok ? 0 : -1;
 }
+
+/* --- middle-proxy link ---------------------------------------------------------------- */
+
+static void digest_simple(const EVP_MD *type, const void *data, size_t len, uint8_t *out,
+                          unsigned want) {
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned int outl = 0;
+    int ok = md && EVP_DigestInit_ex(md, type, NULL) == 1 && digest_update(md, data, len) &&
+             EVP_DigestFinal_ex(md, out, &outl) == 1 && outl == want;
+    EVP_MD_CTX_free(md);
+    if (!ok && crypto_random(out, want))
+        abort();
+}
+
+void crypto_md5(const void *data, size_t len, uint8_t out[CRYPTO_MD5_LEN]) {
+    digest_simple(EVP_md5(), data, len, out, CRYPTO_MD5_LEN);
+}
+
+void crypto_sha1(const void *data, size_t len, uint8_t out[CRYPTO_SHA1_LEN]) {
+    digest_simple(EVP_sha1(), data, len, out, CRYPTO_SHA1_LEN);
+}
+
+struct crypto_cbc {
+    EVP_CIPHER_CTX *ctx;
+};
+
+struct crypto_cbc *crypto_cbc_new(const uint8_t key[CRYPTO_KEY_LEN],
+                                  const uint8_t iv[CRYPTO_IV_LEN], int encrypt) {
+    struct crypto_cbc *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->ctx = EVP_CIPHER_CTX_new();
+    if (!c->ctx ||
+        EVP_CipherInit_ex(c->ctx, EVP_aes_256_cbc(), NULL, key, iv, encrypt ? 1 : 0) != 1 ||
+        EVP_CIPHER_CTX_set_padding(c->ctx, 0) != 1) {
+        crypto_cbc_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void crypto_cbc_free(struct crypto_cbc *c) {
+    if (!c)
+        return;
+    EVP_CIPHER_CTX_free(c->ctx);
+    free(c);
+}
+
+int crypto_cbc_apply(struct crypto_cbc *c, const uint8_t *in, uint8_t *out, size_t len) {
+    int ok = len % CRYPTO_CBC_BLOCK == 0;
+    size_t done = 0;
+    while (ok && done < len) {
+        size_t n = len - done > CRYPTO_CHUNK_MAX / 2 ? CRYPTO_CHUNK_MAX / 2 : len - done;
+        n -= n % CRYPTO_CBC_BLOCK;
+        int outl = 0;
+        ok = EVP_CipherUpdate(c->ctx, out + done, &outl, in + done, (int)n) == 1 &&
+             (size_t)outl == n;
+        done += n;
+    }
+    if (!ok) {
+        memset(out, 0, len);
+        return -1;
+    }
+    return 0;
+}

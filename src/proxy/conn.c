@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/replay.h"
 #include "proto/proxyproto.h"
+#include "proxy/middle.h"
 #include "proxy/relay.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
@@ -32,6 +33,8 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_MASK_UNREACHABLE] = "mask-unreachable",
     [CR_SHUTDOWN] = "shutdown",
     [CR_REFUSED] = "refused",
+    [CR_ME_LINK] = "me-link-lost",
+    [CR_SLOW] = "slow-client",
     [CR_LIMIT] = "user-limit",
     [CR_USER_REMOVED] = "user-removed",
     [CR_HANDSHAKE_CAP] = "handshake-cap",
@@ -307,6 +310,8 @@ int conn_close(struct conn *c, enum conn_reason r)
         waiters_remove(pw, c);
     if (c->batched)
         batch_remove(pw, c);
+    if (c->mc)
+        middle_detach(c);
     side_release(c, &c->cli);
     side_release(c, &c->dc);
     hbuf_free(c);
@@ -730,6 +735,11 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         return;
     }
     crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
+    if (pw->middle) { /* middle mode: an ME link instead of a DC connection */
+        reserve_release(c);
+        middle_attach(c, extra, n);
+        return;
+    }
     /* The client's header is spent: build ours toward the DC in its place. In fast mode its
      * key material is the client's download key and IV (reversed), so the DC encrypts for
      * the client and the download direction needs no crypto here (PROTOCOL.md 5.2). */
@@ -1171,7 +1181,10 @@ static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
         hold_read(c);
         break;
     case CS_RELAY:
-        relay_event(c, &c->cli, revents);
+        if (c->mc)
+            middle_client_event(c, revents);
+        else
+            relay_event(c, &c->cli, revents);
         break;
     default:
         break;
@@ -1257,11 +1270,15 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 /* --- accept ---------------------------------------------------------------------------- */
 
 /* Allocates the cipher contexts this connection needs that its slot lacks (fast mode needs
- * only the two upload-direction streams). */
+ * only the two upload-direction streams, middle mode only the client's two). */
 static int conn_ciphers(struct conn *c)
 {
     struct crypto_ctr **s[4] = {&c->cli_dec, &c->dc_enc, &c->cli_enc, &c->dc_dec};
-    for (int i = 0; i < (c->fast ? 2 : 4); i++)
+    if (c->pw->middle) { /* middle mode: the client's two streams only (CBC is per link) */
+        s[1] = &c->cli_enc;
+        s[2] = s[3] = NULL;
+    }
+    for (int i = 0; i < 4 && s[i] && (i < 2 || !c->fast); i++)
         if (!*s[i] && !(*s[i] = crypto_ctr_new()))
             return -1;
     return 0;
@@ -1426,7 +1443,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->dc.fd = -1;
     c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
     c->born = ev_now(w->loop);
-    c->fast = (uint8_t)pw->opt->fast_mode;
+    c->fast = (uint8_t)(pw->opt->fast_mode && !pw->middle); /* middle mode reframes */
     c->splice = (uint8_t)(c->fast && pw->opt->splice);
     c->cli.pipe_r = c->cli.pipe_w = c->dc.pipe_r = c->dc.pipe_w = -1;
     c->next = pw->live;
@@ -1468,6 +1485,7 @@ void proxy_on_stop(struct worker *w)
     relay_stop(pw);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
+    middle_stop(pw);
     ev_timer_stop(w->loop, &pw->loglim_timer);
     ev_timer_stop(w->loop, &pw->sweep_timer);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
@@ -1549,6 +1567,7 @@ static void conn_free_ciphers(void *obj)
 void proxy_worker_destroy(struct proxy_worker *pw)
 {
     dcpool_destroy(&pw->dcpool);
+    middle_destroy(pw);
     pool_destroy(&pw->conns, conn_free_ciphers);
     for (int i = 0; i < pw->npipes; i++) {
         close(pw->pipes[i][0]);
@@ -1597,6 +1616,18 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(handshake_cap);
     ADD(strangers_refused);
     ADD(hello_budget);
+    ADD(me_handshakes);
+    ADD(me_handshake_fails);
+    ADD(me_connect_fails);
+    ADD(me_link_drops);
+    ADD(me_dead_closed);
+    ADD(me_slow_closed);
+    ADD(me_link_pauses);
+    ADD(me_requests);
+    ADD(me_answers);
+    ADD(me_acks);
+    ADD(me_pings);
+    ADD(me_unknown);
     for (int i = 0; i < CR_COUNT; i++)
         ADD(closed[i]);
     for (int i = 0; i < CK_COUNT; i++) {

@@ -3,6 +3,7 @@
 
 #include "core/fsutil.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -260,6 +261,78 @@ static int parse_pp_from(void *conf, const char *v, char *err, size_t errlen)
     return add_cidr(o->pp_from, &o->npp_from, v, err, errlen);
 }
 static void reset_pp_from(void *conf) { ((struct options *)conf)->npp_from = 0; }
+static int parse_ad_tag(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (strcmp(v, "off") == 0 || !*v) {
+        o->middle = 0;
+        return 0;
+    }
+    if (strlen(v) != 32 || strspn(v, "0123456789abcdefABCDEF") != 32) {
+        snprintf(err, errlen, "ad-tag must be 32 hex digits (from @MTProxybot), got %zu "
+                 "characters", strlen(v));
+        return -1;
+    }
+    for (int i = 0; i < 16; i++) {
+        unsigned b;
+        sscanf(v + 2 * i, "%2x", &b);
+        o->ad_tag[i] = (unsigned char)b;
+    }
+    o->middle = 1;
+    return 0;
+}
+
+/* One address of nat-info: A.B.C.D or [V6] (brackets optional when alone). */
+static int nat_addr(const char *t, size_t n, int *v6, unsigned char *out)
+{
+    char buf[64];
+    if (n >= 2 && t[0] == '[' && t[n - 1] == ']')
+        t++, n -= 2;
+    if (n == 0 || n >= sizeof buf)
+        return -1;
+    memcpy(buf, t, n);
+    buf[n] = 0;
+    memset(out, 0, 16);
+    if (inet_pton(AF_INET, buf, out) == 1) {
+        *v6 = 0;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, buf, out) == 1) {
+        *v6 = 1;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_nat(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (o->nnat >= OPT_MAX_NAT) {
+        snprintf(err, errlen, "at most %d nat-info lines", OPT_MAX_NAT);
+        return -1;
+    }
+    /* PRIVATE:PUBLIC; IPv6 bracketed: [PRIVATE]:[PUBLIC] */
+    const char *sep = v[0] == '[' ? strstr(v, "]:") : strchr(v, ':');
+    if (sep && v[0] == '[')
+        sep++;
+    struct opt_nat *nt = &o->nat[o->nnat];
+    int v6a = 0, v6b = 0;
+    if (!sep || nat_addr(v, (size_t)(sep - v), &v6a, nt->priv) ||
+        nat_addr(sep + 1, strlen(sep + 1), &v6b, nt->pub) || v6a != v6b) {
+        snprintf(err, errlen, "nat-info must be PRIVATE:PUBLIC (IPv4 a.b.c.d:w.x.y.z, IPv6 "
+                 "[v6]:[v6], both of one family), got '%s'", v);
+        return -1;
+    }
+    nt->v6 = v6a;
+    o->nnat++;
+    return 0;
+}
+
+static void reset_nat(void *conf)
+{
+    ((struct options *)conf)->nnat = 0;
+}
+
 static int parse_socks5(void *conf, const char *v, char *err, size_t errlen)
 {
     struct options *o = conf;
@@ -438,6 +511,43 @@ const struct config_option options_table[] = {
      "No header is sent until a client claims one, so its first bytes reach the DC without "
      "waiting for a TCP connect; sockets the DC closes are noticed and replaced (with back-off "
      "while they keep failing)."},
+    {.name = "ad-tag", .type = CFG_CUSTOM, .arg = "HEX32|off", .parse = parse_ad_tag,
+     .def = "off",
+     .help = "The proxy tag from @MTProxybot: Telegram shows your promoted channel to the "
+             "clients of this proxy. Setting it switches every client (plain, dd and ee) to "
+             "middle-proxy mode: their packets travel to Telegram's middle proxies (MEs, from "
+             "proxy-config-file) multiplexed over a few encrypted links, instead of straight to "
+             "the DCs. Needs proxy-secret-file and proxy-config-file."},
+    {.name = "proxy-secret-file", .type = CFG_STRING, .offset = OFF(proxy_secret_file),
+     .str_size = OPT_PATH_MAX, .arg = "PATH", .help = "Middle-proxy mode: Telegram's proxy "
+     "secret (https://core.telegram.org/getProxySecret, binary, 32..256 bytes). Reread on "
+     "SIGHUP. mtproxy downloads nothing: packaging/mtproxy-update-config fetches it."},
+    {.name = "proxy-config-file", .type = CFG_STRING, .offset = OFF(proxy_config_file),
+     .str_size = OPT_PATH_MAX, .arg = "PATH", .help = "Middle-proxy mode: Telegram's list of "
+     "MEs per DC (https://core.telegram.org/getProxyConfig). Reread on SIGHUP: new clients "
+     "go to the new MEs, clients already connected finish on the old ones."},
+    {.name = "nat-info", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "PRIVATE:PUBLIC",
+     .parse = parse_nat, .reset = reset_nat,
+     .help = "Middle-proxy mode behind NAT: the public address the MEs see for a local "
+             "address (IPv4 10.0.0.5:203.0.113.7, IPv6 [fd00::5]:[2001:db8::7]). It enters the "
+             "link's key derivation: a wrong one makes every ME handshake fail (logged as "
+             "'ME handshake failed: check nat-info'). Repeat for several addresses."},
+    {.name = "me-pool", .type = CFG_INT, .offset = OFF(me_pool), .def = "2", .min = 1,
+     .max = 64, .arg = "N", .help = "Middle-proxy mode: links per ME address per worker; "
+     "clients are spread over them."},
+    {.name = "me-client-buffer", .type = CFG_SIZE, .offset = OFF(me_client_buffer),
+     .def = "4M", .min = 16384, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
+     "mode: most bytes queued toward one client. A link carries no per-client window, so it "
+     "is never paused for one slow client: past this that client alone is closed (counted "
+     "as slow)."},
+    {.name = "me-request-buffer", .type = CFG_SIZE, .offset = OFF(me_request_buffer),
+     .def = "256k", .min = 4096, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
+     "mode: most bytes of one client queued toward its ME; past it that client is not read "
+     "until the link drains."},
+    {.name = "me-link-buffer", .type = CFG_SIZE, .offset = OFF(me_link_buffer), .def = "8M",
+     .min = 65536, .max = 1LL << 32, .arg = "BYTES", .help = "Middle-proxy mode: most bytes "
+     "read from one link and not yet written to its clients; past it the link is not read "
+     "until they drain."},
     {.name = "allow", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
      .parse = parse_allow, .reset = reset_allow,
      .help = "Serve only clients from this network (an address or CIDR, IPv4 or IPv6; "
@@ -677,10 +787,13 @@ int options_validate(struct config_parser *p, struct options *o)
             ERR("secret %s is of a kind that allow-plain/allow-dd/allow-ee forbid",
                 o->secrets[i].name);
     }
+    if (o->middle && (!o->proxy_secret_file[0] || !o->proxy_config_file[0]))
+        ERR("ad-tag (middle-proxy mode) needs proxy-secret-file and proxy-config-file "
+            "(packaging/mtproxy-update-config fetches both)");
     for (int i = 0; i < o->nlimits; i++)
         if (options_find_secret(o, o->limits[i].name) < 0)
             ERR("limit %s: no secret has that name", o->limits[i].name);
-    if (!o->dc_builtin) {
+    if (!o->dc_builtin && !o->middle) { /* middle mode dials MEs, never DCs */
         int found = 0;
         for (int i = 0; i < o->ndcs; i++)
             found |= o->dcs[i].id == o->default_dc;

@@ -161,6 +161,7 @@ static const char *const restart_keys[] = {
     "backlog", "buffers", "replay-cache", "replay-store", "replay-store-fail",
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
+    "ad-tag",
     "metrics",
 };
 
@@ -210,6 +211,15 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
             return 0;
         b->metrics_on = a->metrics_on;
         b->metrics_addr = a->metrics_addr;
+        return 1;
+    }
+    if (!strcmp(key, "ad-tag")) {
+        /* Switching middle-proxy mode on or off needs a restart (its links are set up at
+         * start); another tag takes effect for new clients at once. */
+        if (a->middle == b->middle)
+            return 0;
+        b->middle = a->middle;
+        memcpy(b->ad_tag, a->ad_tag, sizeof b->ad_tag);
         return 1;
     }
     if (!strcmp(key, "replay-store")) {

@@ -10,10 +10,6 @@
 
 #include "core/log.h"
 
-#define RS_INC(p)                                                                              \
-    atomic_store_explicit((p), atomic_load_explicit((p), memory_order_relaxed) + 1,            \
-                          memory_order_relaxed)
-
 #ifdef MTPROXY_HAVE_HIREDIS
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -180,7 +176,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     rs->ready = 0;
     if (status != REDIS_OK && !rs->stopping)
         log_warn("replay-store: disconnected: %s", ac->errstr);
-    RS_INC(&rs->stats.reconnects);
+    STAT_INC(&rs->stats.reconnects);
     schedule_retry(rs);
 }
 
@@ -255,9 +251,9 @@ static void on_answer(redisAsyncContext *ac, void *r, void *privdata)
     else
         v = RSTORE_NEW; /* +OK */
     if (v == RSTORE_SEEN)
-        RS_INC(&q->rs->stats.seen);
+        STAT_INC(&q->rs->stats.seen);
     else if (v == RSTORE_FAILED)
-        RS_INC(&q->rs->stats.failed);
+        STAT_INC(&q->rs->stats.failed);
     q->rs->inflight--;
     q->cb(q->owner, q->token, v);
     free(q);
@@ -267,12 +263,12 @@ int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned 
                  rstore_cb cb, void *owner, uint64_t token)
 {
     if (!rs->ac || !rs->ready || rs->inflight >= RSTORE_INFLIGHT_MAX) {
-        RS_INC(&rs->stats.down);
+        STAT_INC(&rs->stats.down);
         return -1;
     }
     struct question *q = malloc(sizeof *q);
     if (!q) {
-        RS_INC(&rs->stats.down);
+        STAT_INC(&rs->stats.down);
         return -1;
     }
     *q = (struct question){rs, cb, owner, token};
@@ -283,11 +279,11 @@ int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned 
     if (redisAsyncCommand(rs->ac, on_answer, q, "SET %s 1 NX PX %u", k,
                           ttl_ms ? ttl_ms : 1) != REDIS_OK) {
         free(q);
-        RS_INC(&rs->stats.down);
+        STAT_INC(&rs->stats.down);
         return -1;
     }
     rs->inflight++;
-    RS_INC(&rs->stats.asked);
+    STAT_INC(&rs->stats.asked);
     return 0;
 }
 
@@ -313,7 +309,7 @@ int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned 
                  rstore_cb cb, void *owner, uint64_t token)
 {
     (void)key, (void)ttl_ms, (void)cb, (void)owner, (void)token;
-    RS_INC(&rs->stats.down);
+    STAT_INC(&rs->stats.down);
     return -1;
 }
 

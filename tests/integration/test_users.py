@@ -375,3 +375,67 @@ def test_second_instance_refused(procs, tmp_path):
                                        "--state-file", state] + common)
     assert rc == 0 and "in use" in err, err
     assert len(session(proxy.addr, a)[0]) >= 64  # the first one is unharmed
+
+
+def test_sighup_log_reopen_failure_reported(bins, tmp_path):
+    """A log file that cannot be reopened (its directory is gone) is said on stderr, not only
+    in the rotated file; the reload still happens."""
+    import subprocess
+    from harness import free_ports, mtproxy_argv
+    if not bins["mtproxy"]:
+        pytest.skip("no mtproxy")
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    port = free_ports(1)[0]
+    errf = open(tmp_path / "stderr", "wb")
+    p = subprocess.Popen(mtproxy_argv(bins, "--listen", f"127.0.0.1:{port}", "--secret",
+                                      f"a:{new_secret()}", "--dc-builtin", "off", "--dc",
+                                      "2 127.0.0.1:1", "--default-dc", "2", "--log",
+                                      str(logdir / "m.log"), "--state-file",
+                                      str(tmp_path / "s.state")),
+                         stdout=subprocess.DEVNULL, stderr=errf, stdin=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: " started, pid " in (logdir / "m.log").read_text()
+                          if (logdir / "m.log").exists() else False, 5)
+        (logdir / "m.log").unlink()
+        logdir.rmdir()
+        p.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: "cannot reopen log file" in
+                          (tmp_path / "stderr").read_text(errors="replace"), 5)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(T(10)) == 0
+        errf.close()
+
+
+def test_ee_user_over_limit_is_fronted_like_a_probe(procs):
+    from test_faketls import TlsEnv, assert_fronted
+    env = TlsEnv(procs, extra=["--limit", "tls expires=2001-01-01"])
+    mark = env.dc.mark()
+    res = env.client(2, 1000, 1000)
+    assert_fronted(env, res, mark)  # the hello went to the site, as a probe's would
+    assert_ok(env.client(2, 1000, 1000, secret=env.ee2))  # another ee user is served
+    st = user_stats(env.proxy, "tls")
+    assert st["refused_expired"] == 1 and st["conns"] == 0, st
+    assert stats(env.proxy)["masked"] == 1
+
+
+def test_sighup_moves_new_connections_to_a_new_dc_table(procs, tmp_path):
+    dc1 = procs.fake_dc([(i, "normal") for i in DC_IDS], name="dc_one")
+    dc2 = procs.fake_dc([(i, "normal") for i in DC_IDS], name="dc_two")
+    a = new_secret()
+    conf = tmp_path / "d.conf"
+    write_conf(conf, [("a", a)], dc1)
+    proxy = procs.proxy([], [], extra=["--config", str(conf), "--dc-pool", "1"])
+    live = procs.client_bg(proxy, a, "ef", 2, 1 << 20, 64 << 20)  # stays on dc1
+    assert_ok(procs.client(proxy, a, "ef", 2, 1000, 1000))
+    m1, m2 = dc1.mark(), dc2.mark()
+    write_conf(conf, [("a", a)], dc2)
+    os.kill(proxy.pid, signal.SIGHUP)
+    assert reloaded(proxy, 2), proxy.stderr_tail()
+    for _ in range(3):
+        assert_ok(procs.client(proxy, a, "ef", 2, 1000, 1000))
+    # (dc1 sees its pooled sockets closed unused: SHORT_HEADER, no header)
+    full = lambda dc, m: len(dc.matching(r"^HEADER ", m))
+    assert full(dc2, m2) == 3 and full(dc1, m1) == 0, (dc1.lines[-5:], dc2.lines[-5:])
+    assert_ok(procs.result(live))

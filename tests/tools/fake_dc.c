@@ -8,6 +8,7 @@
 
 #include "crypto/crypto.h"
 #include "pattern.h"
+#include "respq.h"
 #include "proto/obfs2.h"
 #include "toolnet.h"
 
@@ -346,20 +347,10 @@ static void mtproto_answer(struct dc_conn *c, const uint8_t first[8], uint8_t *p
         }
     }
     const uint8_t *m = pkt + hdr;
-    /* auth_key_id (8) | msg_id (8) | msg_len u32 | body[msg_len] */
-    uint32_t msg_len = tp_get32(m + 16);
-    uint32_t ctor = tp_get32(m + 20);
-    const char *why = NULL;
-    if (tp_get64(m) != 0)
-        why = "auth_key_id_not_zero";
-    else if (msg_len < 20 || (size_t)msg_len + 20 > len)
-        why = "bad_msg_len";
-    else if (c->tag != OBFS2_TAG_PADDED && (size_t)msg_len + 20 != len)
-        why = "msg_len_mismatch";
-    else if (ctor != 0xbe7e8ef1u)
-        why = "not_req_pq_multi";
+    const char *why = respq_check(m, len, c->tag != OBFS2_TAG_PADDED);
     if (why) {
-        emit(false, "MTPROTO_BAD listener=%u why=%s ctor=0x%08x", c->l->id, why, ctor);
+        emit(false, "MTPROTO_BAD listener=%u why=%s ctor=0x%08x", c->l->id, why,
+             len >= 24 ? tp_get32(m + 20) : 0);
         closed(c, "mtproto_bad", TN_OK);
         return;
     }
@@ -367,28 +358,8 @@ static void mtproto_answer(struct dc_conn *c, const uint8_t first[8], uint8_t *p
     tn_hex(m + 24, 16, nonce_hex);
     emit(true, "REQ_PQ_MULTI listener=%u tag=%s dc=%d nonce=%s", c->l->id, tn_tag_short(c->tag),
          (int)c->dc, nonce_hex);
-
-    /* resPQ#05162463 nonce:int128 server_nonce:int128 pq:bytes
-     *   server_public_key_fingerprints:Vector<long> */
-    uint8_t msg[20 + 64];
-    uint8_t *b = msg + 20;
-    uint64_t msg_id = ((uint64_t)time(NULL) << 32);
-    uint32_t lo = 0;
-    crypto_random(&lo, sizeof(lo));
-    msg_id |= (lo & ~3u) | 1u; /* server answers: msg_id % 4 == 1 */
-    tp_put64(msg, 0);
-    tp_put64(msg + 8, msg_id);
-    tp_put32(msg + 16, 64);
-    tp_put32(b, 0x05162463u);
-    memcpy(b + 4, m + 24, 16); /* nonce */
-    crypto_random(b + 20, 16); /* server_nonce */
-    static const uint8_t pq[8] = {0x17, 0xed, 0x48, 0x94, 0x1a, 0x08, 0xf9, 0x81};
-    b[36] = 8; /* TL bytes: len byte, data, pad to 4 */
-    memcpy(b + 37, pq, 8);
-    memset(b + 45, 0, 3);
-    tp_put32(b + 48, 0x1cb5c415u); /* vector */
-    tp_put32(b + 52, 1);
-    tp_put64(b + 56, 0xc3b42b026ce86b21ull); /* a fingerprint */
+    uint8_t msg[RESPQ_LEN];
+    respq_build(m, msg);
     uint8_t out[4 + sizeof(msg) + 4];
     size_t olen = mtp_frame(c, msg, sizeof(msg), out);
     st = write_enc(c, out, olen);

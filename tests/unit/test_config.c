@@ -530,14 +530,36 @@ static void test_repeat_replaced_by_higher_source(void **state) {
 static void test_help(void **state) {
     (void)state;
     char buf[4096];
-    config_help(table, NOPTS, buf, sizeof buf);
+    config_help(table, NOPTS, 0, buf, sizeof buf);
     assert_non_null(strstr(buf, "--size VALUE"));
     assert_non_null(strstr(buf, "Default: 16k."));
     assert_non_null(strstr(buf, "--item VALUE   (repeatable)"));
     char tiny[16];
     memset(tiny, 'x', sizeof tiny);
-    config_help(table, NOPTS, tiny, sizeof tiny); /* truncates, stays terminated */
+    config_help(table, NOPTS, 0, tiny, sizeof tiny); /* truncates, stays terminated */
     assert_non_null(memchr(tiny, 0, sizeof tiny));
+    /* wrapped at 24 columns: no help line longer unless it is one word, the words all kept in
+     * order (the "--key ARG" lines are not wrapped) */
+    char wrapped[4096];
+    config_help(table, NOPTS, 24, wrapped, sizeof wrapped);
+    size_t lines = 0;
+    for (char *l = wrapped; *l; lines++) {
+        size_t w = strcspn(l, "\n");
+        if (!strncmp(l, "      ", 6))
+            assert_true(w <= 24 || !memchr(l + 6, ' ', w - 6));
+        l += w + (l[w] == '\n');
+    }
+    assert_true(lines > 2 * NOPTS);
+    char a[4096], b[4096];
+    size_t na = 0, nb = 0;
+    for (const char *p = buf; *p; p++)
+        if (*p != ' ' && *p != '\n')
+            a[na++] = *p;
+    for (const char *p = wrapped; *p; p++)
+        if (*p != ' ' && *p != '\n')
+            b[nb++] = *p;
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
 }
 
 int main(void) {

@@ -132,7 +132,7 @@ static void test_at_the_limit_accepts_only_what_it_can_serve(void **state) {
     struct rlimit old = limit_free(1);
     spin(&w, 2, 0.2);
     assert_int_equal(naccepted, 1);
-    assert_true(w.stats.accept_fd_limit >= 1);
+    assert_true(STAT_GET(&w.stats.accept_fd_limit) >= 1);
     assert_true(ev_is_active(&w.fd_retry)); /* paused, not spinning on EMFILE */
     int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_int_equal(up, -1); /* the accept took the last one */

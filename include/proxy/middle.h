@@ -1,0 +1,67 @@
+/* middle.h: middle-proxy mode: per-worker encrypted RPC links to Telegram's MEs, clients
+ * multiplexed over them by connection id, flow control, reload. */
+#ifndef MTPROXY_PROXY_MIDDLE_H
+#define MTPROXY_PROXY_MIDDLE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sock.h"
+#include "core/worker.h"
+#include "proto/rpc.h"
+#include "proxy/options.h"
+
+struct conn;
+struct proxy_worker;
+
+/* The MEs and the proxy secret, built from proxy-config-file and proxy-secret-file by main and
+ * shared read-only by the workers (reference counted: a reload hands out a new one while
+ * links of the old one finish their clients). */
+struct me_table {
+    _Atomic int refs;
+    uint8_t secret[RPC_SECRET_MAX];
+    size_t secret_len;
+    int default_dc;
+    int naddrs;
+    struct me_addr {
+        int16_t dc;
+        int16_t uniq; /* the first entry with this address (links are per address) */
+        struct sock_addr addr;
+    } addrs[RPC_CONFIG_MAX];
+};
+
+/* Reads and checks both files of o. Returns a table (1 reference), or NULL with err
+ * ("file:line: message" for a bad config line, "file: message" otherwise). */
+struct me_table *middle_table_load(const struct options *o, char *err, size_t errlen);
+
+/* Drops one reference (NULL is fine). */
+void middle_table_put(struct me_table *t);
+
+/* Worker command bit for middle_reload (worker_post). */
+#define MIDDLE_CMD_RELOAD 0x100
+
+/* In the worker's setup (before its thread runs): middle-proxy state for pw with table t (takes
+ * its own reference) and the links to every ME (me-pool each), started once the loop runs.
+ * Returns 0, or -1. */
+int middle_init(struct proxy_worker *pw, struct me_table *t);
+
+/* In the worker thread at stop (after its connections closed): closes every link. */
+void middle_stop(struct proxy_worker *pw);
+
+/* After the loop ended: frees the state. */
+void middle_destroy(struct proxy_worker *pw);
+
+/* From main (SIGHUP): hands table t to each of the n workers (each takes a reference) and wakes
+ * them; new clients go to links of t, old links close once their clients are gone. */
+void middle_reload(struct proxy_worker *pws, int n, struct me_table *t);
+
+/* The connection machine's hooks. middle_attach: c's obfuscated2 header is done (client
+ * streams keyed); extra[0..n) are client bytes that came with it, still encrypted. Attaches c to
+ * a link for its DC and starts reading it, or closes c. middle_client_event: c's socket is ready
+ * (RELAY state). middle_detach: c is closing (from conn_close): tells its ME and forgets it. */
+void middle_attach(struct conn *c, uint8_t *extra, size_t n);
+void middle_client_event(struct conn *c, int revents);
+void middle_detach(struct conn *c);
+
+#endif

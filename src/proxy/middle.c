@@ -1,0 +1,1347 @@
+/* middle.c: middle-proxy mode: ME links (connect, nonce, CBC handshake, frames, pings,
+ * health, back-off), clients multiplexed over them by conn id, the three flow-control limits,
+ * and the table reload. */
+#include "proxy/middle.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "proto/faketls.h"
+#include "proto/frame.h"
+#include "proto/obfs2.h"
+#include "proxy/conn.h"
+#include "proxy/relay.h"
+
+#define ME_HANDSHAKE_TIMEOUT 5.0 /* connect + nonce + handshake */
+#define ME_PING_INTERVAL 10.0    /* a link quiet this long is pinged; quiet twice: dead */
+#define ME_BACKOFF_MIN 0.5
+#define ME_BACKOFF_MAX 30.0
+#define ME_READ_CHUNK 65536
+#define ME_IOV_MAX 32
+#define ME_READS_PER_EVENT 8
+
+enum me_state { ML_WAIT = 0, ML_CONNECTING, ML_NONCE, ML_HANDSHAKE, ML_READY };
+
+/* One encrypted frame (or several padding words) waiting to be written to a link. */
+struct me_out {
+    struct me_out *next;
+    uint64_t conn_id; /* the client whose request this is (0 = control) */
+    size_t len, off;
+    uint8_t data[];
+};
+
+struct mclient;
+
+struct me_link {
+    struct middle *m;
+    struct me_link *next;
+    struct me_table *t; /* its table (one reference) */
+    int addr;           /* index in t->addrs */
+    int fd;
+    ev_io io;
+    unsigned events;
+    ev_timer timer;
+    uint8_t state;
+    uint8_t draining;   /* from an older table: no new clients; freed when empty */
+    uint8_t err;        /* a write failed: fail at the next chance (never from a send) */
+    uint8_t ping_out;   /* a ping is unanswered */
+    uint8_t paused;     /* me-link-buffer reached: not read until clients drain */
+    uint8_t failing;    /* link_fail is closing its clients: they must not free it */
+    double backoff;
+    ev_tstamp last_rx;
+    struct crypto_cbc *enc, *dec;
+    int32_t seq_out, seq_in;
+    uint8_t *rbuf;
+    size_t rlen, rcap, rdec; /* bytes held, allocated, already decrypted (CBC blocks) */
+    struct me_out *ohead, *otail;
+    size_t undelivered;      /* bytes its clients hold queued toward their sockets */
+    struct mclient *clients;
+    int nclients;
+    uint64_t last_unknown;   /* the last conn id we told the ME we no longer know */
+    struct rpc_nonce nonce;  /* ours */
+    uint8_t pid[RPC_PID_LEN];
+    struct rpc_endpoint clt, srv;
+};
+
+/* The middle-mode part of a client connection. */
+struct mclient {
+    struct conn *c;
+    struct me_link *link;
+    uint64_t conn_id;
+    struct mclient *hnext;         /* the worker's conn-id hash */
+    struct mclient *lprev, *lnext; /* its link's clients */
+    uint8_t *in;                   /* decrypted client bytes not yet a whole packet */
+    size_t inlen, incap;
+    size_t pending_up;             /* bytes of its requests queued on the link */
+    size_t accounted;              /* of c->cli.queued, what link->undelivered counts */
+    uint32_t flags;                /* RPC_PROXY_REQ flags for its framing */
+    struct rpc_addr remote, ours;
+};
+
+struct middle {
+    struct proxy_worker *pw;
+    struct me_table *cur;
+    _Atomic(struct me_table *) next_table; /* posted by main, taken by the worker */
+    struct me_link *links;
+    struct mclient **hash;
+    size_t hmask;
+    uint64_t next_id;
+    unsigned rr;
+    uint8_t *tmp; /* an answer being framed for a client */
+    size_t tmpcap;
+    uint8_t rd[ME_READ_CHUNK];
+};
+
+/* --- table ----------------------------------------------------------------------------- */
+
+/* Reads a whole small file. Returns its length, or -1 with err. */
+static long read_file(const char *path, char *buf, size_t cap, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n == cap) {
+            snprintf(err, errlen, "%s: larger than %zu bytes", path, cap - 1);
+            close(fd);
+            return -1;
+        }
+    }
+    close(fd);
+    return (long)n;
+}
+
+struct me_table *middle_table_load(const struct options *o, char *err, size_t errlen)
+{
+    struct me_table *t = calloc(1, sizeof *t);
+    static const size_t cfg_cap = 1 << 20;
+    char *text = malloc(cfg_cap);
+    struct rpc_config *rc = malloc(sizeof *rc);
+    long n;
+    if (!t || !text || !rc) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    char sec[RPC_SECRET_MAX + 1];
+    n = read_file(o->proxy_secret_file, sec, sizeof sec, err, errlen);
+    if (n < 0 || rpc_secret_check(o->proxy_secret_file, (size_t)n, err, errlen))
+        goto fail;
+    memcpy(t->secret, sec, (size_t)n);
+    t->secret_len = (size_t)n;
+    n = read_file(o->proxy_config_file, text, cfg_cap, err, errlen);
+    if (n < 0 || rpc_config_parse(o->proxy_config_file, text, (size_t)n, rc, err, errlen))
+        goto fail;
+    for (int i = 0; i < rc->n; i++) {
+        struct me_addr *a = &t->addrs[t->naddrs++];
+        a->dc = rc->e[i].dc;
+        memset(&a->addr, 0, sizeof a->addr);
+        if (rc->e[i].v6) {
+            a->addr.u.in6.sin6_family = AF_INET6;
+            memcpy(&a->addr.u.in6.sin6_addr, rc->e[i].ip, 16);
+            a->addr.u.in6.sin6_port = htons(rc->e[i].port);
+            a->addr.len = sizeof a->addr.u.in6;
+        } else {
+            a->addr.u.in4.sin_family = AF_INET;
+            memcpy(&a->addr.u.in4.sin_addr, rc->e[i].ip, 4);
+            a->addr.u.in4.sin_port = htons(rc->e[i].port);
+            a->addr.len = sizeof a->addr.u.in4;
+        }
+        a->uniq = (int16_t)(t->naddrs - 1);
+        for (int k = 0; k < t->naddrs - 1; k++)
+            if (t->addrs[k].addr.len == a->addr.len &&
+                !memcmp(&t->addrs[k].addr.u, &a->addr.u, a->addr.len)) {
+                a->uniq = (int16_t)k;
+                break;
+            }
+    }
+    t->default_dc = rc->default_dc ? rc->default_dc : t->addrs[0].dc;
+    atomic_store(&t->refs, 1);
+    free(text);
+    free(rc);
+    return t;
+fail:
+    free(t);
+    free(text);
+    free(rc);
+    return NULL;
+}
+
+void middle_table_put(struct me_table *t)
+{
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1)
+        free(t);
+}
+
+static struct me_table *table_get(struct me_table *t)
+{
+    atomic_fetch_add(&t->refs, 1);
+    return t;
+}
+
+/* --- conn-id hash ------------------------------------------------------------------------ */
+
+static struct mclient **hash_slot(struct middle *m, uint64_t id)
+{
+    return &m->hash[(id * 0x9e3779b97f4a7c15ull >> 20) & m->hmask];
+}
+
+static struct mclient *hash_find(struct middle *m, uint64_t id)
+{
+    for (struct mclient *mc = *hash_slot(m, id); mc; mc = mc->hnext)
+        if (mc->conn_id == id)
+            return mc;
+    return NULL;
+}
+
+static void hash_remove(struct middle *m, struct mclient *mc)
+{
+    for (struct mclient **pp = hash_slot(m, mc->conn_id); *pp; pp = &(*pp)->hnext)
+        if (*pp == mc) {
+            *pp = mc->hnext;
+            return;
+        }
+}
+
+/* --- link output --------------------------------------------------------------------------- */
+
+static struct ev_loop *loop_of(const struct middle *m)
+{
+    return m->pw->w->loop;
+}
+
+static void link_watch(struct me_link *l, unsigned events)
+{
+    if (l->fd < 0 || l->events == events)
+        return;
+    if (l->events)
+        ev_io_stop(loop_of(l->m), &l->io);
+    l->events = events;
+    if (events) {
+        ev_io_set(&l->io, l->fd, (int)events);
+        ev_io_start(loop_of(l->m), &l->io);
+    }
+}
+
+static void link_rewatch(struct me_link *l)
+{
+    unsigned ev = 0;
+    if (l->state == ML_CONNECTING || l->ohead)
+        ev |= EV_WRITE;
+    if (l->state >= ML_NONCE && !l->paused)
+        ev |= EV_READ;
+    link_watch(l, ev);
+}
+
+static void client_watch(struct mclient *mc);
+static int client_packets(struct mclient *mc);
+
+/* A request of a client left the link: it may be read again. */
+static void out_done(struct me_link *l, struct me_out *o)
+{
+    if (!o->conn_id)
+        return;
+    struct mclient *mc = hash_find(l->m, o->conn_id);
+    if (!mc || mc->link != l)
+        return;
+    size_t was = mc->pending_up;
+    mc->pending_up -= o->len < mc->pending_up ? o->len : mc->pending_up;
+    if (was >= l->m->pw->opt->me_request_buffer &&
+        mc->pending_up < l->m->pw->opt->me_request_buffer) {
+        client_watch(mc);
+        if (mc->inlen) /* whole packets it held back: sent from its own callback */
+            ev_feed_event(loop_of(l->m), &mc->c->cli.io, EV_READ);
+    }
+}
+
+/* Writes what is queued. Never fails the link itself (callers may be deep in a client's
+ * code): a write error sets l->err and the link fails from its own callbacks. */
+static void link_flush(struct me_link *l)
+{
+    struct proxy_worker *pw = l->m->pw;
+    while (l->ohead && !l->err) {
+        struct iovec iov[ME_IOV_MAX];
+        int n = 0;
+        for (struct me_out *o = l->ohead; o && n < ME_IOV_MAX; o = o->next) {
+            iov[n].iov_base = o->data + o->off;
+            iov[n].iov_len = o->len - o->off;
+            n++;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        STAT_INC(&pw->stats.writes);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                l->err = 1;
+                ev_feed_event(loop_of(l->m), &l->timer, EV_TIMER);
+            }
+            break;
+        }
+        while (w > 0) {
+            struct me_out *o = l->ohead;
+            size_t left = o->len - o->off;
+            if ((size_t)w < left) {
+                o->off += (size_t)w;
+                break;
+            }
+            w -= (ssize_t)left;
+            l->ohead = o->next;
+            if (!l->ohead)
+                l->otail = NULL;
+            out_done(l, o);
+            free(o);
+        }
+    }
+    link_rewatch(l);
+}
+
+/* Queues one frame of a + b (either may be empty) with the next seqno, CBC-encrypted and
+ * padded to 16 bytes, on behalf of conn_id (0 = control). Returns 0, or -1 (no memory). */
+static int link_send(struct me_link *l, uint64_t conn_id, const uint8_t *a, size_t alen,
+                     const uint8_t *b, size_t blen)
+{
+    size_t len = alen + blen;
+    struct me_out *o = malloc(sizeof *o + len + RPC_FRAME_OVERHEAD + 16);
+    if (!o)
+        return -1;
+    memcpy(o->data + 8, a, alen);
+    if (blen)
+        memcpy(o->data + 8 + alen, b, blen);
+    size_t n = rpc_frame_build(o->data, l->seq_out++, o->data + 8, len);
+    n = rpc_frame_pad16(o->data, n);
+    crypto_cbc_apply(l->enc, o->data, o->data, n);
+    o->next = NULL;
+    o->conn_id = conn_id;
+    o->len = n;
+    o->off = 0;
+    if (l->otail)
+        l->otail->next = o;
+    else
+        l->ohead = o;
+    l->otail = o;
+    if (conn_id) {
+        struct mclient *mc = hash_find(l->m, conn_id);
+        if (mc)
+            mc->pending_up += n;
+    }
+    if (o == l->ohead)
+        link_flush(l);
+    return 0;
+}
+
+/* --- link life ------------------------------------------------------------------------- */
+
+static void on_link_io(struct ev_loop *loop, ev_io *io, int revents);
+static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents);
+
+static void link_timer(struct me_link *l, double s)
+{
+    ev_timer_stop(loop_of(l->m), &l->timer);
+    ev_timer_set(&l->timer, s, 0);
+    ev_timer_start(loop_of(l->m), &l->timer);
+}
+
+static void link_name(const struct me_link *l, char *buf, size_t len)
+{
+    char a[SOCK_ADDR_STRLEN];
+    sock_addr_format(&l->t->addrs[l->addr].addr, a, sizeof a);
+    snprintf(buf, len, "w%d ME %s (dc %d)", l->m->pw->w->id, a, l->t->addrs[l->addr].dc);
+}
+
+/* Closes the socket and forgets the session (queued frames, keys, buffers). */
+static void link_reset(struct me_link *l)
+{
+    link_watch(l, 0);
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    for (struct me_out *o = l->ohead, *n; o; o = n) {
+        n = o->next;
+        free(o);
+    }
+    l->ohead = l->otail = NULL;
+    crypto_cbc_free(l->enc);
+    crypto_cbc_free(l->dec);
+    l->enc = l->dec = NULL;
+    free(l->rbuf);
+    l->rbuf = NULL;
+    l->rlen = l->rcap = l->rdec = 0;
+    l->err = l->ping_out = l->paused = 0;
+    l->state = ML_WAIT;
+}
+
+static void link_free(struct me_link *l)
+{
+    struct middle *m = l->m;
+    link_reset(l);
+    ev_timer_stop(loop_of(m), &l->timer);
+    for (struct me_link **pp = &m->links; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    middle_table_put(l->t);
+    free(l);
+}
+
+/* The link is gone: its clients are closed (counted), and it reconnects after a back-off
+ * (a draining link is freed instead). */
+static void link_fail(struct me_link *l, const char *why)
+{
+    struct proxy_worker *pw = l->m->pw;
+    char name[160];
+    link_name(l, name, sizeof name);
+    if (l->state == ML_HANDSHAKE) {
+        STAT_INC(&pw->stats.me_handshake_fails);
+        log_warn("%s: ME handshake failed: check nat-info (the ME must see us at the "
+                 "address the keys were derived with) (%s)", name, why);
+    } else if (l->state == ML_READY) {
+        STAT_INC(&pw->stats.me_link_drops);
+        log_warn("%s: link lost (%s), closing its %d client%s", name, why, l->nclients,
+                 l->nclients == 1 ? "" : "s");
+    } else if (l->state == ML_NONCE) {
+        STAT_INC(&pw->stats.me_connect_fails);
+        log_warn("%s: no nonce from the ME (%s): is proxy-secret-file current?", name, why);
+    } else {
+        STAT_INC(&pw->stats.me_connect_fails);
+        log_info("%s: %s", name, why);
+    }
+    link_reset(l);
+    l->failing = 1;
+    while (l->clients) {
+        STAT_INC(&pw->stats.me_dead_closed);
+        conn_close(l->clients->c, CR_ME_LINK); /* detaches it from l */
+    }
+    l->failing = 0;
+    if (l->draining) {
+        link_free(l);
+        return;
+    }
+    l->backoff = l->backoff < ME_BACKOFF_MIN ? ME_BACKOFF_MIN
+                 : l->backoff * 2 > ME_BACKOFF_MAX ? ME_BACKOFF_MAX
+                                                   : l->backoff * 2;
+    link_timer(l, l->backoff);
+}
+
+/* Where the ME sees us: the socket's local address, through nat-info. */
+static void endpoint_of(const struct sockaddr_storage *ss, const struct options *o, int nat,
+                        struct rpc_endpoint *e)
+{
+    memset(e, 0, sizeof *e);
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        e->v6 = 1;
+        memcpy(e->ip, &a->sin6_addr, 16);
+        e->port = ntohs(a->sin6_port);
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        memcpy(e->ip, &a->sin_addr, 4);
+        e->port = ntohs(a->sin_port);
+    }
+    for (int i = 0; nat && i < o->nnat; i++)
+        if (o->nat[i].v6 == e->v6 && !memcmp(o->nat[i].priv, e->ip, e->v6 ? 16 : 4)) {
+            memcpy(e->ip, o->nat[i].pub, 16);
+            break;
+        }
+}
+
+static void link_connect(struct me_link *l)
+{
+    struct proxy_worker *pw = l->m->pw;
+    l->fd = sock_connect(&l->t->addrs[l->addr].addr, &pw->sockopts);
+    if (l->fd < 0) {
+        char why[96];
+        snprintf(why, sizeof why, "connect: %s", strerror(errno));
+        link_fail(l, why);
+        return;
+    }
+    l->state = ML_CONNECTING;
+    l->events = 0;
+    ev_io_init(&l->io, on_link_io, l->fd, EV_WRITE);
+    l->io.data = l;
+    link_rewatch(l);
+    link_timer(l, ME_HANDSHAKE_TIMEOUT);
+}
+
+/* Connected: our nonce goes out in clear. */
+static void link_connected(struct me_link *l)
+{
+    struct proxy_worker *pw = l->m->pw;
+    const struct options *o = pw->opt;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    getsockname(l->fd, (struct sockaddr *)&ss, &sl);
+    endpoint_of(&ss, o, 1, &l->clt);
+    sl = sizeof ss;
+    getpeername(l->fd, (struct sockaddr *)&ss, &sl);
+    endpoint_of(&ss, o, 0, &l->srv);
+    l->nonce.key_select = (uint32_t)l->t->secret[0] | (uint32_t)l->t->secret[1] << 8 |
+                          (uint32_t)l->t->secret[2] << 16 | (uint32_t)l->t->secret[3] << 24;
+    l->nonce.schema = 1;
+    l->nonce.ts = (uint32_t)time(NULL);
+    crypto_random(l->nonce.nonce, sizeof l->nonce.nonce);
+    uint8_t buf[RPC_NONCE_LEN + RPC_FRAME_OVERHEAD];
+    rpc_nonce_build(buf + 8, &l->nonce);
+    size_t n = rpc_frame_build(buf, RPC_SEQ_NONCE, buf + 8, RPC_NONCE_LEN);
+    ssize_t w = send(l->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w != (ssize_t)n) {
+        link_fail(l, "cannot send the nonce");
+        return;
+    }
+    l->state = ML_NONCE;
+    link_rewatch(l);
+}
+
+/* The ME's nonce: derive the keys, send our handshake (the first encrypted frame). */
+static int link_nonce(struct me_link *l, const struct rpc_frame *f)
+{
+    struct rpc_nonce srv;
+    if (rpc_nonce_parse(f->payload, f->len, &srv) || srv.key_select != l->nonce.key_select ||
+        srv.schema != 1) {
+        link_fail(l, "bad nonce answer (is proxy-secret-file current?)");
+        return -1;
+    }
+    struct rpc_kdf_in in = {.clt_ts = l->nonce.ts, .clt = l->clt, .srv = l->srv,
+                            .secret = l->t->secret, .secret_len = l->t->secret_len};
+    memcpy(in.nonce_srv, srv.nonce, 16);
+    memcpy(in.nonce_clt, l->nonce.nonce, 16);
+    uint8_t wk[32], wiv[16], rk[32], riv[16];
+    rpc_kdf(&in, "CLIENT", wk, wiv);
+    rpc_kdf(&in, "SERVER", rk, riv);
+    l->enc = crypto_cbc_new(wk, wiv, 1);
+    l->dec = crypto_cbc_new(rk, riv, 0);
+    memset(wk, 0, sizeof wk);
+    memset(rk, 0, sizeof rk);
+    if (!l->enc || !l->dec) {
+        link_fail(l, "out of memory");
+        return -1;
+    }
+    /* sender pid: our IPv4 (host order, LE), port 0, pid, start time; peer: the ME's */
+    memset(l->pid, 0, sizeof l->pid);
+    if (!l->clt.v6)
+        for (int i = 0; i < 4; i++)
+            l->pid[i] = l->clt.ip[3 - i];
+    uint16_t pid = (uint16_t)getpid();
+    l->pid[6] = (uint8_t)pid;
+    l->pid[7] = (uint8_t)(pid >> 8);
+    uint32_t ut = l->nonce.ts;
+    memcpy(l->pid + 8, &ut, 4);
+    uint8_t peer[RPC_PID_LEN], hs[RPC_HANDSHAKE_LEN];
+    memset(peer, 0, sizeof peer);
+    if (!l->srv.v6)
+        for (int i = 0; i < 4; i++)
+            peer[i] = l->srv.ip[3 - i];
+    peer[4] = (uint8_t)l->srv.port;
+    peer[5] = (uint8_t)(l->srv.port >> 8);
+    rpc_handshake_build(hs, 0, l->pid, peer);
+    l->seq_out = RPC_SEQ_HANDSHAKE;
+    if (link_send(l, 0, hs, sizeof hs, NULL, 0)) {
+        link_fail(l, "out of memory");
+        return -1;
+    }
+    l->state = ML_HANDSHAKE;
+    return 0;
+}
+
+/* The ME's handshake answer: the link is ready; waiting clients are read. */
+static int link_handshake(struct me_link *l, const struct rpc_frame *f)
+{
+    uint32_t flags;
+    uint8_t sender[RPC_PID_LEN], peer[RPC_PID_LEN];
+    int r = rpc_handshake_parse(f->payload, f->len, &flags, sender, peer);
+    if (r) {
+        link_fail(l, r == -2 ? "RPC_HANDSHAKE_ERROR" : "not a handshake");
+        return -1;
+    }
+    /* its peer pid must be ours (zero fields are wildcards) */
+    for (int i = 0; i < RPC_PID_LEN; i++) {
+        int field = i < 4 ? 0 : i < 6 ? 4 : i < 8 ? 6 : 8, flen = i < 4 ? 4 : i < 8 ? 2 : 4;
+        int zero = 1;
+        for (int k = field; k < field + flen; k++)
+            zero &= peer[k] == 0;
+        if (!zero && peer[i] != l->pid[i]) {
+            link_fail(l, "handshake names another peer");
+            return -1;
+        }
+    }
+    if (flags & 0xff) {
+        link_fail(l, "handshake asks for an unknown mode");
+        return -1;
+    }
+    struct proxy_worker *pw = l->m->pw;
+    STAT_INC(&pw->stats.me_handshakes);
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        char name[160];
+        link_name(l, name, sizeof name);
+        log_debug("%s: link ready", name);
+    }
+    l->state = ML_READY;
+    l->seq_in = 0;
+    l->seq_out = 0;
+    l->backoff = 0;
+    l->last_rx = ev_now(loop_of(l->m));
+    link_timer(l, ME_PING_INTERVAL);
+    for (struct mclient *mc = l->clients, *next; mc; mc = next) {
+        next = mc->lnext;
+        if (mc->inlen && client_packets(mc)) /* bytes that came with its header */
+            continue;
+        client_watch(mc);
+    }
+    return 0;
+}
+
+/* --- answers toward clients ---------------------------------------------------------------- */
+
+/* Keeps link->undelivered equal to what its clients hold queued; resumes a paused link. */
+static void mc_sync(struct mclient *mc)
+{
+    struct me_link *l = mc->link;
+    size_t q = mc->c->cli.queued;
+    l->undelivered = l->undelivered - mc->accounted + q;
+    mc->accounted = q;
+    if (l->paused && l->undelivered <= l->m->pw->opt->me_link_buffer / 2) {
+        l->paused = 0;
+        link_rewatch(l);
+    }
+}
+
+/* Queues p[0..n) (already encrypted for the client) toward c, in TLS records for an ee
+ * client. Returns 0, or -1 with no block to be had. */
+static int client_queue(struct conn *c, const uint8_t *p, size_t n)
+{
+    if (!c->tls)
+        return side_queue(c, &c->cli, p, n);
+    while (n) {
+        size_t k = n < FAKETLS_MAX_PAYLOAD ? n : FAKETLS_MAX_PAYLOAD;
+        uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
+        faketls_record_header(hdr, k);
+        if (side_queue(c, &c->cli, hdr, sizeof hdr) || side_queue(c, &c->cli, p, k))
+            return -1;
+        p += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Sends a packet (or a quick-ack token: ack = 1) to the client in its framing. Returns 0, or
+ * -1 if c was closed. */
+static int client_deliver(struct mclient *mc, const uint8_t *data, size_t len, uint32_t confirm,
+                          int ack)
+{
+    struct middle *m = mc->link->m;
+    struct conn *c = mc->c;
+    struct proxy_worker *pw = m->pw;
+    size_t need = len + 8;
+    if (need > m->tmpcap) {
+        uint8_t *t = realloc(m->tmp, need);
+        if (!t)
+            return conn_close(c, CR_NO_MEMORY);
+        m->tmp = t;
+        m->tmpcap = need;
+    }
+    size_t n;
+    if (ack) {
+        frame_quickack(c->tag, confirm, m->tmp);
+        n = 4;
+    } else {
+        uint8_t padb = 0;
+        if (c->tag == OBFS2_TAG_PADDED)
+            crypto_random(&padb, 1);
+        size_t pad = c->tag == OBFS2_TAG_PADDED ? padb % 4 : 0;
+        size_t h = frame_header(c->tag, len, pad, m->tmp);
+        if (!h)
+            return 0; /* not a whole number of words: nothing a client could parse */
+        memcpy(m->tmp + h, data, len);
+        if (pad)
+            crypto_random(m->tmp + h + len, pad);
+        n = h + len + pad;
+    }
+    crypto_ctr_apply(c->cli_enc, m->tmp, m->tmp, n);
+    if (client_queue(c, m->tmp, n))
+        return conn_close(c, CR_NO_MEMORY);
+    c->down_bytes += n;
+    STAT_ADD(&pw->stats.bytes_down, n);
+    c->last_io = ev_now(loop_of(m));
+    if (side_flush(c, &c->cli, &c->dc))
+        return -1;
+    if (c->cli.queued > pw->opt->me_client_buffer) {
+        /* the link is never paused for one client: this one alone goes */
+        STAT_INC(&pw->stats.me_slow_closed);
+        return conn_close(c, CR_SLOW);
+    }
+    mc_sync(mc);
+    client_watch(mc);
+    return 0;
+}
+
+/* One message from a ready link. Returns 0, or -1 if the link failed. */
+static int link_message(struct me_link *l, const struct rpc_frame *f)
+{
+    struct middle *m = l->m;
+    struct proxy_worker *pw = m->pw;
+    struct rpc_msg msg;
+    if (rpc_msg_parse(f->payload, f->len, &msg) != RPC_OK) {
+        link_fail(l, "short message");
+        return -1;
+    }
+    struct mclient *mc = NULL;
+    switch (msg.type) {
+    case RPC_PING: {
+        uint8_t pong[12];
+        rpc_msg_u64(pong, RPC_PONG, msg.ping_id);
+        STAT_INC(&pw->stats.me_pings);
+        if (link_send(l, 0, pong, sizeof pong, NULL, 0))
+            l->err = 1;
+        return 0;
+    }
+    case RPC_PONG:
+        return 0;
+    case RPC_PROXY_ANS:
+    case RPC_SIMPLE_ACK:
+    case RPC_CLOSE_EXT:
+    case RPC_CLOSE_CONN:
+        mc = hash_find(m, msg.conn_id);
+        if (!mc || mc->link != l) {
+            /* a client we no longer know: tell the ME once per answer */
+            STAT_INC(&pw->stats.me_unknown);
+            if (msg.type == RPC_PROXY_ANS && msg.conn_id != l->last_unknown) {
+                l->last_unknown = msg.conn_id; /* once per run of late answers */
+                uint8_t cl[12];
+                rpc_msg_u64(cl, RPC_CLOSE_CONN, msg.conn_id);
+                link_send(l, 0, cl, sizeof cl, NULL, 0);
+            }
+            return 0;
+        }
+        break;
+    default:
+        return 0; /* unknown types are ignored */
+    }
+    if (msg.type == RPC_CLOSE_EXT || msg.type == RPC_CLOSE_CONN) {
+        mc->conn_id = 0; /* closed by the ME: no RPC_CLOSE_CONN back */
+        hash_remove(m, mc);
+        conn_close(mc->c, CR_DC_CLOSED);
+        return 0;
+    }
+    if (msg.type == RPC_SIMPLE_ACK) {
+        STAT_INC(&pw->stats.me_acks);
+        client_deliver(mc, NULL, 0, msg.confirm, 1);
+        return 0;
+    }
+    STAT_INC(&pw->stats.me_answers);
+    client_deliver(mc, msg.data, msg.len, 0, 0);
+    return 0;
+}
+
+/* Parses what was read. Returns 0, or -1 if the link failed. */
+static int link_input(struct me_link *l)
+{
+    /* decrypt whole blocks once encrypted frames flow (after the nonce) */
+    if (l->dec && l->rlen - l->rdec >= CRYPTO_CBC_BLOCK) {
+        size_t k = (l->rlen - l->rdec) & ~(size_t)(CRYPTO_CBC_BLOCK - 1);
+        crypto_cbc_apply(l->dec, l->rbuf + l->rdec, l->rbuf + l->rdec, k);
+        l->rdec += k;
+    }
+    size_t off = 0;
+    for (;;) {
+        size_t avail = (l->state == ML_NONCE ? l->rlen : l->rdec) - off;
+        int32_t want = l->state == ML_NONCE       ? RPC_SEQ_NONCE
+                       : l->state == ML_HANDSHAKE ? RPC_SEQ_HANDSHAKE
+                                                  : l->seq_in;
+        struct rpc_frame f;
+        size_t need = 0;
+        const char *why = "?";
+        enum rpc_status st = rpc_frame_parse(l->rbuf + off, avail, want, &f, &need, &why);
+        if (st == RPC_NEED_MORE)
+            break;
+        if (st == RPC_BAD) {
+            link_fail(l, why);
+            return -1;
+        }
+        off += f.total;
+        if (!f.payload)
+            continue;
+        int r = 0;
+        if (l->state == ML_NONCE) {
+            r = link_nonce(l, &f);
+            if (!r) { /* what follows the nonce is encrypted: decrypt it from here */
+                memmove(l->rbuf, l->rbuf + off, l->rlen - off);
+                l->rlen -= off;
+                l->rdec = 0;
+                return link_input(l);
+            }
+        } else if (l->state == ML_HANDSHAKE) {
+            r = link_handshake(l, &f);
+        } else {
+            l->seq_in++;
+            r = link_message(l, &f);
+        }
+        if (r)
+            return -1;
+        if (l->err) {
+            link_fail(l, "write failed");
+            return -1;
+        }
+    }
+    if (off) {
+        memmove(l->rbuf, l->rbuf + off, l->rlen - off);
+        l->rlen -= off;
+        l->rdec -= off < l->rdec ? off : l->rdec;
+    }
+    return 0;
+}
+
+static void link_read(struct me_link *l)
+{
+    struct proxy_worker *pw = l->m->pw;
+    for (int round = 0; round < ME_READS_PER_EVENT; round++) {
+        if (l->rcap - l->rlen < ME_READ_CHUNK) {
+            size_t cap = l->rcap ? l->rcap * 2 : 2 * ME_READ_CHUNK;
+            if (cap > RPC_FRAME_MAX + 2 * ME_READ_CHUNK)
+                cap = RPC_FRAME_MAX + 2 * ME_READ_CHUNK;
+            if (cap <= l->rcap) {
+                link_fail(l, "frame too large");
+                return;
+            }
+            uint8_t *b = realloc(l->rbuf, cap);
+            if (!b) {
+                link_fail(l, "out of memory");
+                return;
+            }
+            l->rbuf = b;
+            l->rcap = cap;
+        }
+        ssize_t n = read(l->fd, l->rbuf + l->rlen, l->rcap - l->rlen);
+        STAT_INC(&pw->stats.reads);
+        if (n == 0) {
+            link_fail(l, "closed by the ME");
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            char why[96];
+            snprintf(why, sizeof why, "read: %s", strerror(errno));
+            link_fail(l, why);
+            return;
+        }
+        l->rlen += (size_t)n;
+        l->last_rx = ev_now(loop_of(l->m));
+        l->ping_out = 0;
+        if (link_input(l))
+            return;
+        if (l->state == ML_READY && l->undelivered > pw->opt->me_link_buffer) {
+            l->paused = 1; /* read again once its clients drained half of it */
+            STAT_INC(&pw->stats.me_link_pauses);
+            break;
+        }
+        if ((size_t)n < ME_READ_CHUNK)
+            break;
+    }
+    if (l->err) {
+        link_fail(l, "write failed");
+        return;
+    }
+    link_rewatch(l);
+}
+
+static void on_link_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct me_link *l = io->data;
+    if (l->state == ML_CONNECTING) {
+        int err = sock_connect_result(l->fd);
+        if (err) {
+            char why[96];
+            snprintf(why, sizeof why, "connect: %s", strerror(err));
+            link_fail(l, why);
+        } else {
+            link_connected(l);
+        }
+        return;
+    }
+    if (revents & EV_WRITE) {
+        link_flush(l);
+        if (l->err) {
+            link_fail(l, "write failed");
+            return;
+        }
+    }
+    if (revents & EV_READ)
+        link_read(l);
+}
+
+static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct me_link *l = t->data;
+    if (l->draining && !l->nclients) {
+        link_free(l);
+        return;
+    }
+    if (l->err) {
+        link_fail(l, "write failed");
+        return;
+    }
+    switch (l->state) {
+    case ML_WAIT:
+        link_connect(l);
+        break;
+    case ML_CONNECTING:
+    case ML_NONCE:
+        link_fail(l, "no answer in time");
+        break;
+    case ML_HANDSHAKE:
+        link_fail(l, "no handshake answer in time");
+        break;
+    case ML_READY: {
+        double quiet = ev_now(loop) - l->last_rx;
+        if (quiet >= ME_PING_INTERVAL) {
+            if (l->ping_out) {
+                link_fail(l, "no answer to a ping");
+                return;
+            }
+            uint8_t ping[12];
+            uint64_t id;
+            crypto_random(&id, sizeof id);
+            rpc_msg_u64(ping, RPC_PING, id);
+            l->ping_out = 1;
+            l->last_rx = ev_now(loop); /* a full interval for the answer */
+            if (link_send(l, 0, ping, sizeof ping, NULL, 0) || l->err) {
+                link_fail(l, "write failed");
+                return;
+            }
+            quiet = 0;
+        }
+        link_timer(l, ME_PING_INTERVAL - quiet);
+        break;
+    }
+    }
+}
+
+/* Adds a link to the worker for address i of t; it connects once the loop runs. */
+static int link_add(struct middle *m, struct me_table *t, int i)
+{
+    struct me_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return -1;
+    l->m = m;
+    l->t = table_get(t);
+    l->addr = i;
+    l->fd = -1;
+    ev_init(&l->timer, on_link_timer);
+    l->timer.data = l;
+    l->next = m->links;
+    m->links = l;
+    /* spread first connects a little so workers do not start in lockstep */
+    ev_timer_set(&l->timer, 0.001 * (double)(m->pw->w->id + 1), 0);
+    ev_timer_start(loop_of(m), &l->timer);
+    return 0;
+}
+
+static int links_add(struct middle *m, struct me_table *t)
+{
+    for (int i = 0; i < t->naddrs; i++)
+        for (int k = 0; k < m->pw->opt->me_pool && t->addrs[i].uniq == i; k++)
+            if (link_add(m, t, i))
+                return -1;
+    return 0;
+}
+
+/* --- worker setup and reload --------------------------------------------------------------- */
+
+static void middle_on_cmd(struct worker *w, int cmd)
+{
+    struct proxy_worker *pw = w->ctx;
+    struct middle *m = pw->middle;
+    if (!m || !(cmd & MIDDLE_CMD_RELOAD))
+        return;
+    struct me_table *t = atomic_exchange(&m->next_table, NULL);
+    if (!t)
+        return;
+    /* old links take no new clients and go once empty; new ones start now */
+    for (struct me_link *l = m->links, *next; l; l = next) {
+        next = l->next;
+        l->draining = 1;
+        if (!l->nclients)
+            link_free(l);
+    }
+    middle_table_put(m->cur);
+    m->cur = t;
+    if (links_add(m, t))
+        log_error("w%d: out of memory adding ME links", w->id);
+    log_info("w%d: ME table reloaded: %d ME address%s", w->id, t->naddrs,
+             t->naddrs == 1 ? "" : "es");
+}
+
+int middle_init(struct proxy_worker *pw, struct me_table *t)
+{
+    struct middle *m = calloc(1, sizeof *m);
+    if (!m)
+        return -1;
+    m->pw = pw;
+    pw->middle = m;
+    size_t want = 256;
+    while (want < (size_t)pw->opt->max_connections && want < 65536)
+        want *= 2;
+    m->hash = calloc(want, sizeof *m->hash);
+    if (!m->hash)
+        return -1;
+    m->hmask = want - 1;
+    crypto_random(&m->next_id, sizeof m->next_id);
+    m->cur = table_get(t);
+    pw->w->on_cmd = middle_on_cmd;
+    return links_add(m, t);
+}
+
+void middle_stop(struct proxy_worker *pw)
+{
+    struct middle *m = pw->middle;
+    if (!m)
+        return;
+    while (m->links) {
+        struct me_link *l = m->links;
+        while (l->clients)
+            conn_close(l->clients->c, CR_SHUTDOWN);
+        link_free(l);
+    }
+}
+
+void middle_destroy(struct proxy_worker *pw)
+{
+    struct middle *m = pw->middle;
+    if (!m)
+        return;
+    while (m->links)
+        link_free(m->links); /* only if the loop never ran its stop */
+    middle_table_put(m->cur);
+    middle_table_put(atomic_exchange(&m->next_table, NULL));
+    free(m->hash);
+    free(m->tmp);
+    free(m);
+    pw->middle = NULL;
+}
+
+void middle_reload(struct proxy_worker *pws, int n, struct me_table *t)
+{
+    for (int i = 0; i < n; i++) {
+        if (!pws[i].middle)
+            continue;
+        middle_table_put(atomic_exchange(&pws[i].middle->next_table, table_get(t)));
+        worker_post(pws[i].w, MIDDLE_CMD_RELOAD);
+    }
+}
+
+/* --- clients ------------------------------------------------------------------------------- */
+
+/* Reads the client while its link is ready and its requests fit; writes while bytes wait. */
+static void client_watch(struct mclient *mc)
+{
+    struct conn *c = mc->c;
+    const struct options *o = c->pw->opt;
+    unsigned ev = 0;
+    if (!c->cli.rd_eof && mc->link->state == ML_READY && mc->pending_up < o->me_request_buffer)
+        ev |= EV_READ;
+    if (c->cli.queued)
+        ev |= EV_WRITE;
+    side_watch(c, &c->cli, ev);
+}
+
+/* Picks a link for DC id dc: its own MEs, else the default DC's (as the official proxy does
+ * for an id its config lacks, media ids included); ready links first, round robin. */
+static struct me_link *link_pick(struct middle *m, int dc)
+{
+    struct me_table *t = m->cur;
+    int want = dc, found = 0;
+    for (int i = 0; i < t->naddrs && !found; i++)
+        found = t->addrs[i].dc == dc;
+    if (!found)
+        want = t->default_dc;
+    struct me_link *best = NULL, *any = NULL;
+    unsigned seen = 0, pick = m->rr++;
+    for (struct me_link *l = m->links; l; l = l->next) {
+        int serves = 0; /* one of want's lines names this link's address */
+        for (int i = 0; i < t->naddrs && !serves && l->t == t; i++)
+            serves = t->addrs[i].dc == want && t->addrs[i].uniq == l->addr;
+        if (l->draining || !serves)
+            continue;
+        if (!any || (pick % (seen + 1)) == 0)
+            any = l;
+        if (l->state == ML_READY && (!best || l->nclients < best->nclients))
+            best = l;
+        if (l->state != ML_WAIT && any && any->state == ML_WAIT)
+            any = l; /* connecting beats waiting out a back-off */
+        seen++;
+    }
+    return best ? best : any;
+}
+
+static void addr_of(const struct sockaddr_storage *ss, struct rpc_addr *a)
+{
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+        const uint8_t *b = s6->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, mapped, 12))
+            rpc_addr_set(a, b + 12, 0, ntohs(s6->sin6_port));
+        else
+            rpc_addr_set(a, b, 1, ntohs(s6->sin6_port));
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+        rpc_addr_set(a, (const uint8_t *)&s4->sin_addr, 0, ntohs(s4->sin_port));
+    }
+}
+
+/* Sends whole packets from p[0..n) as RPC_PROXY_REQ while the client's requests fit;
+ * *used = bytes consumed. Returns 0, or -1 if c was closed. */
+static int client_send(struct mclient *mc, const uint8_t *p, size_t n, size_t *used)
+{
+    struct conn *c = mc->c;
+    struct proxy_worker *pw = c->pw;
+    size_t off = 0;
+    *used = 0;
+    while (off < n && mc->pending_up < pw->opt->me_request_buffer) {
+        struct frame f;
+        enum frame_status st = frame_parse(c->tag, p + off, n - off, &f, NULL);
+        if (st == FRAME_NEED_MORE)
+            break;
+        if (st == FRAME_BAD)
+            return conn_close(c, CR_CLIENT_PROTOCOL);
+        const uint8_t *pkt = p + off + f.hdr_len;
+        uint32_t flags = mc->flags | (f.quickack ? RPC_FLAG_QUICKACK : 0);
+        static const uint8_t zero[8];
+        if (f.len >= 8 && !memcmp(pkt, zero, 8))
+            flags |= RPC_FLAG_NOT_ENCRYPTED;
+        uint8_t hdr[RPC_REQ_HDR_MAX];
+        size_t hl = rpc_proxy_req_header(hdr, flags, mc->conn_id, &mc->remote, &mc->ours,
+                                         pw->opt->ad_tag);
+        if (link_send(mc->link, mc->conn_id, hdr, hl, pkt, f.len))
+            return conn_close(c, CR_NO_MEMORY);
+        STAT_INC(&pw->stats.me_requests);
+        off += f.total;
+    }
+    *used = off;
+    return 0;
+}
+
+/* Appends n decrypted client bytes. Returns 0, or -1 (too much or no memory). */
+static int client_append(struct mclient *mc, const uint8_t *p, size_t n)
+{
+    if (mc->inlen + n > mc->incap) {
+        size_t cap = mc->incap ? mc->incap : 4096;
+        while (cap < mc->inlen + n)
+            cap *= 2;
+        if (cap > FRAME_MAX_LEN + 2 * ME_READ_CHUNK)
+            return -1;
+        uint8_t *b = realloc(mc->in, cap);
+        if (!b)
+            return -1;
+        mc->in = b;
+        mc->incap = cap;
+    }
+    memcpy(mc->in + mc->inlen, p, n);
+    mc->inlen += n;
+    return 0;
+}
+
+/* Sends what mc->in holds; an emptied buffer is freed (an idle client holds none). Returns 0,
+ * or -1 if c was closed. */
+static int client_packets(struct mclient *mc)
+{
+    size_t used;
+    if (client_send(mc, mc->in, mc->inlen, &used))
+        return -1;
+    memmove(mc->in, mc->in + used, mc->inlen - used);
+    mc->inlen -= used;
+    if (!mc->inlen) {
+        free(mc->in);
+        mc->in = NULL;
+        mc->incap = 0;
+    }
+    return 0;
+}
+
+/* New client bytes p[0..n): packets straight from p when nothing is held (no copy), the rest
+ * kept. Returns 0, or -1 if c was closed. */
+static int client_feed(struct mclient *mc, const uint8_t *p, size_t n)
+{
+    size_t used = 0;
+    if (!mc->inlen && mc->link->state == ML_READY && client_send(mc, p, n, &used))
+        return -1;
+    if (used < n && client_append(mc, p + used, n - used))
+        return conn_close(mc->c, CR_CLIENT_PROTOCOL);
+    return mc->inlen && mc->link->state == ML_READY ? client_packets(mc) : 0;
+}
+
+void middle_attach(struct conn *c, uint8_t *extra, size_t n)
+{
+    struct proxy_worker *pw = c->pw;
+    struct middle *m = pw->middle;
+    struct me_link *l = link_pick(m, c->dc_id);
+    struct mclient *mc = calloc(1, sizeof *mc);
+    c->state = CS_RELAY; /* no upstream socket: its reserved descriptor was released */
+    if (!l || !mc) {
+        free(mc);
+        conn_close(c, l ? CR_NO_MEMORY : CR_DC_UNREACHABLE);
+        return;
+    }
+    mc->c = c;
+    mc->link = l;
+    c->mc = mc;
+    do
+        mc->conn_id = ++m->next_id;
+    while (!mc->conn_id || hash_find(m, mc->conn_id));
+    struct mclient **slot = hash_slot(m, mc->conn_id);
+    mc->hnext = *slot;
+    *slot = mc;
+    mc->lnext = l->clients;
+    if (l->clients)
+        l->clients->lprev = mc;
+    l->clients = mc;
+    l->nclients++;
+    mc->flags = RPC_FLAG_MAGIC | RPC_FLAG_EXTMODE2 |
+                (c->tag == OBFS2_TAG_ABRIDGED ? RPC_FLAG_ABRIDGED
+                 : c->tag == OBFS2_TAG_PADDED ? RPC_FLAG_INTERMEDIATE | RPC_FLAG_PAD
+                                              : RPC_FLAG_INTERMEDIATE);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    memcpy(&ss, &c->peer.u, c->peer.len < sizeof ss ? c->peer.len : sizeof ss);
+    addr_of(&ss, &mc->remote);
+    socklen_t sl = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    getsockname(c->cli.fd, (struct sockaddr *)&ss, &sl);
+    struct rpc_endpoint e;
+    endpoint_of(&ss, pw->opt, 1, &e);
+    rpc_addr_set(&mc->ours, e.ip, e.v6, e.port);
+    c->last_io = ev_now(pw->w->loop);
+    ev_timer_stop(pw->w->loop, &c->timer);
+    ev_timer_set(&c->timer, pw->opt->idle_timeout_ms / 1000.0, 0);
+    ev_timer_start(pw->w->loop, &c->timer);
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        char name[160];
+        link_name(l, name, sizeof name);
+        log_debug("w%d conn %llu: dc %d via %s, conn id %016llx", pw->w->id,
+                  (unsigned long long)c->id, c->dc_id, name, (unsigned long long)mc->conn_id);
+    }
+    if (n) {
+        crypto_ctr_apply(c->cli_dec, extra, extra, n);
+        c->up_bytes += n;
+        STAT_ADD(&pw->stats.bytes_up, n);
+        if (client_feed(mc, extra, n))
+            return;
+    }
+    client_watch(mc);
+}
+
+void middle_detach(struct conn *c)
+{
+    struct mclient *mc = c->mc;
+    struct me_link *l = mc->link;
+    struct middle *m = l->m;
+    c->mc = NULL;
+    ev_clear_pending(loop_of(m), &c->cli.io); /* a read fed by out_done */
+    if (mc->conn_id) {
+        hash_remove(m, mc);
+        if (l->state == ML_READY) { /* the ME forgets it too */
+            uint8_t cl[12];
+            rpc_msg_u64(cl, RPC_CLOSE_CONN, mc->conn_id);
+            link_send(l, 0, cl, sizeof cl, NULL, 0);
+        }
+    }
+    if (mc->lprev)
+        mc->lprev->lnext = mc->lnext;
+    else
+        l->clients = mc->lnext;
+    if (mc->lnext)
+        mc->lnext->lprev = mc->lprev;
+    l->nclients--;
+    l->undelivered -= mc->accounted < l->undelivered ? mc->accounted : l->undelivered;
+    if (l->paused && l->undelivered <= m->pw->opt->me_link_buffer / 2) {
+        l->paused = 0;
+        link_rewatch(l);
+    }
+    free(mc->in);
+    free(mc);
+    if (l->draining && !l->nclients && !l->failing) /* freed from its own callback */
+        ev_feed_event(loop_of(m), &l->timer, EV_TIMER);
+}
+
+void middle_client_event(struct conn *c, int revents)
+{
+    struct mclient *mc = c->mc;
+    struct proxy_worker *pw = c->pw;
+    struct middle *m = pw->middle;
+    if (revents & EV_WRITE) {
+        if (side_flush(c, &c->cli, &c->dc))
+            return;
+        if (c->cli.rd_eof && !c->cli.queued) {
+            conn_close(c, CR_DONE);
+            return;
+        }
+        mc_sync(mc);
+    }
+    if (revents & EV_READ) {
+        for (int round = 0; round < 4 && mc->pending_up < pw->opt->me_request_buffer &&
+                            mc->link->state == ML_READY;
+             round++) {
+            ssize_t n = read(c->cli.fd, m->rd, sizeof m->rd);
+            STAT_INC(&pw->stats.reads);
+            if (n == 0) {
+                c->cli.rd_eof = 1;
+                if (!c->cli.queued) {
+                    conn_close(c, CR_DONE);
+                    return;
+                }
+                break;
+            }
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    break;
+                conn_close(c, CR_CLIENT_CLOSED);
+                return;
+            }
+            size_t k = (size_t)n;
+            if (c->tls && faketls_deframe(&c->defr, m->rd, (size_t)n, &k) != FAKETLS_OK) {
+                conn_close(c, CR_CLIENT_PROTOCOL);
+                return;
+            }
+            crypto_ctr_apply(c->cli_dec, m->rd, m->rd, k);
+            c->up_bytes += k;
+            STAT_ADD(&pw->stats.bytes_up, k);
+            c->last_io = ev_now(pw->w->loop);
+            if (client_feed(mc, m->rd, k))
+                return;
+            if ((size_t)n < sizeof m->rd)
+                break;
+        }
+        if (mc->inlen && mc->link->state == ML_READY && client_packets(mc))
+            return;
+    }
+    client_watch(mc);
+}
