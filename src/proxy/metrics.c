@@ -773,8 +773,15 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
     struct metrics_worker *mw = io->data;
     for (int i = 0; i < 16; i++) {
         int fd = accept4(mw->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                       errno == ENOMEM)) {
+            /* Out of descriptors: the socket stays readable; wait instead of spinning. */
+            ev_io_stop(loop, &mw->lio);
+            ev_timer_start(loop, &mw->retry);
+            return;
+        }
         if (fd < 0)
-            return; /* EAGAIN, or out of descriptors: the relay's own accept backs off */
+            return; /* EAGAIN, or a connection that went away */
         struct metrics_conn *m = slot_get(mw);
         if (!m) {
             close(fd);
@@ -792,6 +799,12 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         ev_timer_set(&m->timer, METRICS_READ_TIMEOUT, 0);
         ev_timer_start(loop, &m->timer);
     }
+}
+
+static void on_metrics_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct metrics_worker *mw = t->data;
+    ev_io_start(loop, &mw->lio);
 }
 
 int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared *ms,
@@ -815,6 +828,8 @@ int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared 
     }
     ev_io_init(&mw->lio, on_metrics_accept, lfd, EV_READ);
     mw->lio.data = mw;
+    ev_timer_init(&mw->retry, on_metrics_retry, 0.25, 0);
+    mw->retry.data = mw;
     ev_io_start(w->loop, &mw->lio);
     return 0;
 }
