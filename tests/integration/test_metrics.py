@@ -553,7 +553,7 @@ def test_doctor(bins, tmp_path):
 
 def test_malformed_http_and_slowloris_beside_a_download(procs, tmp_path):
     env = Env(procs, workers=2)
-    size = 64 << 20
+    size = 256 << 20
     base = env.client("alice", "dd", 1000, size)  # reference speed, same machine, same run
     assert_ok(base)
     t0 = base.get("wall") or 1
@@ -602,9 +602,9 @@ def test_malformed_http_and_slowloris_beside_a_download(procs, tmp_path):
     th[0].join(T(60))
     assert_ok(res["dl"])
     t1 = res["dl"].get("wall") or 1
-    print(f"64 MiB dd download: alone {t0:.2f} s, beside the slowloris and bad requests "
+    print(f"256 MiB dd download: alone {t0:.2f} s, beside the slowloris and bad requests "
           f"{t1:.2f} s")
-    assert t1 < 3 * t0 + T(2), (t0, t1)
+    assert t1 < 2 * t0 + T(1), (t0, t1)
     for r, a in zip(reqs, answers):
         assert a == b"" or a.startswith(b"HTTP/1.1 "), (r[:60], a[:100])
         assert a.count(b"HTTP/1.1 ") <= 1, (r[:60], a[:200])  # one answer per connection
