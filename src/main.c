@@ -594,6 +594,19 @@ static struct gen *reload(struct reload *rl, struct gen *cur, struct proxy_worke
     return g;
 }
 
+/* What main holds on the heap for the life of the process (the running generation, the
+ * argument list reloads read again): freed at exit on every path, early returns too. */
+static struct gen *main_gen;
+static char **main_args;
+
+static void free_at_exit(void)
+{
+    gen_unref(main_gen);
+    main_gen = NULL;
+    free(main_args);
+    main_args = NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
@@ -606,6 +619,8 @@ int main(int argc, char **argv)
     int doctor_cmd = argc >= 2 && !strcmp(argv[1], "doctor");
     int qr = -1, offline = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    main_args = rest;
+    atexit(free_at_exit);
     int nrest = 0;
     if (!rest)
         return 1;
@@ -640,6 +655,7 @@ int main(int argc, char **argv)
     reload_init(&rl, NULL, config_path, nrest, rest);
     static struct config_errors errs;
     struct gen *g = reload_build(&rl, NULL, &errs);
+    main_gen = g;
     if (doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
         return tools_doctor(g ? &g->opt : NULL, &errs, offline, stdout) ? 1 : 0;
     if (links_cmd && g) {
@@ -867,7 +883,7 @@ int main(int argc, char **argv)
             }
             struct gen *ng = reload(&rl, g, pws, nworkers);
             if (ng) {
-                g = ng;
+                g = main_gen = ng;
                 print_links(&g->opt, run_uid);
                 state_save(&saver, g, 0);
             }
@@ -901,9 +917,9 @@ int main(int argc, char **argv)
     replay_free(replay);
     middle_table_put(me);
     gen_unref(g);
+    main_gen = NULL;
     users_destroy(&users);
     free(saver.last);
-    free(rest);
     close(lock_fd);
     log_close();
     return 0;

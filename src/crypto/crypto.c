@@ -2,6 +2,7 @@
 #include "crypto/crypto.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,10 +32,32 @@ static _Thread_local EVP_CIPHER_CTX *ecb_ctx;
 static _Thread_local EVP_MD *sha256_md;
 #endif
 
+/* The thread's cached contexts are freed when it exits (also a thread that never calls
+ * crypto_thread_cleanup itself, like a test tool's): a key whose destructor does it. */
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static pthread_key_t tls_key;
+
+static void tls_exit(void *p) {
+    (void)p;
+    crypto_thread_cleanup();
+}
+
+static void tls_key_init(void) {
+    pthread_key_create(&tls_key, tls_exit);
+}
+
+/* Called when the thread first caches a context. */
+static void tls_track(void) {
+    pthread_once(&tls_once, tls_key_init);
+    pthread_setspecific(tls_key, (void *)1);
+}
+
 static const EVP_MD *sha256_get(void) {
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
-    if (!sha256_md)
+    if (!sha256_md) {
         sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+        tls_track();
+    }
     return sha256_md ? sha256_md : EVP_sha256();
 #else
     return EVP_sha256();
@@ -109,8 +132,10 @@ void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, siz
 
 void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
                         const uint8_t *in, uint8_t *out, size_t len) {
-    if (!oneshot_ctx)
+    if (!oneshot_ctx) {
         oneshot_ctx = ctr_ctx_new();
+        tls_track();
+    }
     if (!oneshot_ctx || EVP_EncryptInit_ex(oneshot_ctx, NULL, NULL, key, iv) != 1) {
         memset(out, 0, len);
         return;
@@ -143,7 +168,7 @@ void crypto_ctr_block(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO
         index = (index >> 8) + (v >> 8);
     }
     int outl = 0;
-    if (!ecb_ctx && (ecb_ctx = EVP_CIPHER_CTX_new()) &&
+    if (!ecb_ctx && (tls_track(), ecb_ctx = EVP_CIPHER_CTX_new()) &&
         (EVP_EncryptInit_ex(ecb_ctx, EVP_aes_256_ecb(), NULL, NULL, NULL) != 1 ||
          EVP_CIPHER_CTX_set_padding(ecb_ctx, 0) != 1)) {
         EVP_CIPHER_CTX_free(ecb_ctx);
@@ -180,8 +205,10 @@ static int digest_update(EVP_MD_CTX *md, const void *p, size_t len) {
 
 void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
                    uint8_t out[CRYPTO_SHA256_LEN]) {
-    if (!md_ctx)
+    if (!md_ctx) {
         md_ctx = EVP_MD_CTX_new();
+        tls_track();
+    }
     EVP_MD_CTX *md = md_ctx;
     unsigned int outl = 0;
     int ok = md && EVP_DigestInit_ex(md, sha256_get(), NULL) == 1 &&
@@ -237,8 +264,10 @@ void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypt
         crypto_sha256(key, keylen, NULL, 0, k);
     else if (keylen > 0)
         memcpy(k, key, keylen);
-    if (!md_ctx)
+    if (!md_ctx) {
         md_ctx = EVP_MD_CTX_new();
+        tls_track();
+    }
     EVP_MD_CTX *md = md_ctx;
     for (size_t i = 0; i < sizeof pad; i++)
         pad[i] = k[i] ^ 0x36;

@@ -88,13 +88,13 @@ enum obfs2_status obfs2_parse(const uint8_t hdr[OBFS2_HDR_LEN], const struct sec
         for (int j = 0; j < 16; j++)
             plain[j] = hdr[48 + j] ^ ks[j];
 
-        uint32_t tag = load_le32(plain + OBFS2_TAG_OFF - 48);
+        uint32_t tag = load_le32(plain + (OBFS2_TAG_OFF - 48));
         if (!(tag_bit(tag) & allowed))
             continue;
 
         out->secret_index = (int)i;
         out->tag = tag;
-        out->dc = (int16_t)(uint16_t)(plain[OBFS2_DC_OFF - 48] | plain[OBFS2_DC_OFF - 48 + 1] << 8);
+        out->dc = (int16_t)(uint16_t)(plain[OBFS2_DC_OFF - 48] | plain[OBFS2_DC_OFF - 47] << 8);
         obfs2_derive(hdr, s->key, &out->keys);
         return OBFS2_OK;
     }
