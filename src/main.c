@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +34,7 @@
 #include "proxy/middle.h"
 #include "proxy/options.h"
 #include "proxy/reload.h"
+#include "proxy/tlslearn.h"
 #include "proxy/tools.h"
 #include "proxy/users.h"
 
@@ -765,6 +768,11 @@ int main(int argc, char **argv)
                  replay_memory_for(&rc), rc.window);
     }
 
+    static struct tlslearn learn;
+    if (tlslearn_init(&learn, opt, err, sizeof err)) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
     struct worker *ws = calloc((size_t)nworkers, sizeof *ws);
     struct proxy_worker *pws = calloc((size_t)nworkers, sizeof *pws);
     if (!ws || !pws)
@@ -779,11 +787,17 @@ int main(int argc, char **argv)
             log_error("cannot set up middle-proxy mode in worker %d", i);
             return 1;
         }
+        pws[i].learn = &learn;
         for (int l = 0; l < opt->nlisten; l++) {
             int fd = sock_listen(&opt->listen[l], opt->backlog, 1, &pws[i].sockopts, err,
                                  sizeof err);
             if (fd < 0) {
                 log_error("%s", err);
+                return 1;
+            }
+            int mss = opt->client_mss;
+            if (mss && setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss) != 0) {
+                log_error("client-mss %d: %s", mss, strerror(errno));
                 return 1;
             }
             worker_add_listener(&ws[i], fd);
@@ -848,6 +862,7 @@ int main(int argc, char **argv)
     if (opt->user[0] && drop_privileges(opt->user))
         return 1;
 
+    tlslearn_start(&learn, ws[0].loop); /* worker 0's loop learns the site's TLS profile */
     for (int i = 0; i < nworkers; i++) {
         int rc = worker_start(&ws[i]);
         if (rc) {

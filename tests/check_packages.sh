@@ -6,6 +6,7 @@
 # full list; or a build package is test-only. A build package must be a build tool (compiler,
 # cmake, pkg-config) or a -dev package that ships a header the program itself (src/, include/)
 # includes: cmocka, clang, shellcheck, python3, redis, haproxy... are not.
+# shellcheck disable=SC2016,SC2013 # README text holds $(cat ...) literally; one package a line
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/.ci/debian-packages-build

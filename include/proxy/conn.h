@@ -22,6 +22,7 @@
 #include "proxy/rstore.h"
 #include "proxy/socks.h"
 #include "proxy/users.h"
+#include "proxy/tlslearn.h"
 
 /*
  * States:
@@ -70,6 +71,7 @@ enum conn_reason {
     CR_USER_REMOVED,      /* a reload removed the user */
     CR_HANDSHAKE_CAP,     /* max-handshakes: the oldest unfinished handshake made room */
     CR_ACCEPT_RATE,       /* accept-rate: too many new connections from the source */
+    CR_UNKNOWN_SNI,       /* unknown-sni drop/reject: a hello naming none of our domains */
     CR_COUNT
 };
 
@@ -169,6 +171,9 @@ struct conn {
     uint8_t stranger;          /* counted in the worker's strangers (until authed or closed) */
     uint8_t kind;              /* enum conn_kind, counted in kind_active while open */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
+    ev_tstamp rs_start, rs_last; /* record-sizing: this small phase began / last record */
+    uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
+    uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
     struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
 };
@@ -204,6 +209,7 @@ struct proxy_stats {
     stat_t user_refused;     /* valid clients refused by a user limit (per user: users.h) */
     stat_t acc_rate;         /* closed at accept: accept-rate from one source reached */
     stat_t handshake_cap;    /* unfinished handshakes closed for max-handshakes */
+    stat_t unknown_sni;      /* hellos naming none of our domains, dropped or refused */
     stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
     /* middle mode */
@@ -238,6 +244,8 @@ struct proxy_worker {
     const struct dc_table *dcs;
     const struct mask_table *masks;
     struct replay *replay;             /* shared by all workers; NULL = off */
+    struct tlslearn *learn;            /* the site's TLS profile (shared; worker 0 learns) */
+    uint64_t rng;                      /* xorshift state for record-size noise */
     struct rstore rstore;              /* this worker's link to the fleet's replay store */
     const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
     struct gen *gen;                   /* the generation new connections take (one ref) */

@@ -35,6 +35,12 @@ struct opt_dc {
 
 enum opt_dc_family { OPT_DC_ANY = 0 };
 
+/* unknown-sni: what a hello naming none of our domains gets. */
+enum opt_unknown_sni { SNI_MASK = 0, SNI_DROP = 1, SNI_REJECT = 2 };
+
+/* rst-on-close: which client connections end with a reset. */
+enum opt_rst { RST_OFF = 0, RST_PROBES = 1, RST_ALWAYS = 2 };
+
 /* Everything the proxy is configured with. Immutable once workers start; a reload builds a
  * new one and swaps the pointer (later issue). */
 /* How a write-batch window holds writes (see write-batch-mode). */
@@ -74,6 +80,14 @@ struct options {
     int tls_sni_check;
     int tls_ext_order;        /* enum faketls_ext_order */
     int tls_appdata_min, tls_appdata_max;
+    int tls_profile;          /* learn the site's first flight (else the two keys above) */
+    unsigned tls_profile_refresh_ms;
+    unsigned tls_profile_idle_ms;  /* the idle probe waits at most this long */
+    int tls_profile_vary;
+    int unknown_sni;          /* enum opt_unknown_sni */
+    int record_sizing;
+    int client_mss;           /* 0 = kernel default */
+    int rst_on_close;         /* enum opt_rst */
     size_t replay_cache;      /* bytes; 0 = off */
     int splice;
     int splice_tls;

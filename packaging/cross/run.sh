@@ -10,6 +10,9 @@
 #   cross ARCH: mtproxy N bytes stripped, needs LIBS; tests: P passed, F failed, S skipped (T s)
 # Env: MTPROXY_CROSS_EXCLUDE  ctest -E regex of tests left out under qemu (default below;
 #                             empty = run everything)
+#      MTPROXY_CROSS_PARALLEL N  build and test N architectures at once (default 1), each with
+#                             JOBS/N jobs and its output in build-ARCH.run.log; the installs
+#                             (apt, sysroots) still run one after the other first
 #      MTPROXY_SLOW           factor for the integration harness's time bounds (default 2: qemu)
 #      MTPROXY_CROSS_BUILD    build directory prefix (default SRC/build-)
 #      JOBS                   parallel build jobs (default: nproc)
@@ -90,20 +93,25 @@ setup() {
     rm -rf "$debs"
 }
 
-run_arch() {
-    arch=$1
-    case "$arch" in
+# arch_vars ARCH: sets triplet, qemu, build and sysroot for ARCH.
+arch_vars() {
+    case "$1" in
     armhf) triplet=arm-linux-gnueabihf qemu=qemu-arm-static ;;
     mipsel) triplet=mipsel-linux-gnu qemu=qemu-mipsel-static ;;
     arm64) triplet=aarch64-linux-gnu qemu=qemu-aarch64-static ;;
     s390x) triplet=s390x-linux-gnu qemu=qemu-s390x-static ;;
     *)
-        log "unknown ARCH '$arch' (armhf, mipsel, arm64 or s390x)" >&2
+        log "unknown ARCH '$1' (armhf, mipsel, arm64 or s390x)" >&2
         return 2
         ;;
     esac
-    build=${MTPROXY_CROSS_BUILD:-$src/build-}$arch
+    build=${MTPROXY_CROSS_BUILD:-$src/build-}$1
     sysroot=$build/sysroot
+}
+
+run_arch() {
+    arch=$1
+    arch_vars "$arch" || return 2
     t0=$(date +%s)
     setup "$arch" "$triplet" "$qemu" "$sysroot" || return 1
 
@@ -155,8 +163,57 @@ if [ $# -eq 0 ]; then
     echo "usage: $0 ARCH... (armhf, mipsel, arm64, s390x)" >&2
     exit 2
 fi
-for a in "$@"; do
-    run_arch "$a" || status=1
+parallel=${MTPROXY_CROSS_PARALLEL:-1}
+if [ "$parallel" -le 1 ]; then
+    for a in "$@"; do
+        run_arch "$a" || status=1
+    done
+    printf '%s' "$summary"
+    exit $status
+fi
+
+# Parallel: the installs first, one at a time (apt and dpkg take locks), then N arches at once.
+arches=$*
+for a in $arches; do
+    arch_vars "$a" || exit 2
+    setup "$a" "$triplet" "$qemu" "$sysroot" || { log "$a: setup failed"; exit 1; }
 done
-printf '%s' "$summary"
+jobs=$((jobs / parallel))
+[ "$jobs" -ge 1 ] || jobs=1
+pids=''
+running=0
+for a in $arches; do
+    if [ "$running" -ge "$parallel" ]; then
+        # Wait for the oldest one: POSIX sh has no `wait -n`.
+        oldest=${pids%% *}
+        wait "$oldest" || status=1
+        pids=${pids#"$oldest"}
+        pids=${pids# }
+        running=$((running - 1))
+    fi
+    arch_vars "$a"
+    rm -f "$build.summary"
+    log "$a: building and testing in the background (log: $build.run.log)"
+    (
+        summary=''
+        run_arch "$a"
+        rc=$?
+        printf '%s' "$summary" >"$build.summary"
+        exit $rc
+    ) >"$build.run.log" 2>&1 &
+    pids=${pids:+$pids }$!
+    running=$((running + 1))
+done
+for p in $pids; do
+    wait "$p" || status=1
+done
+for a in $arches; do
+    arch_vars "$a"
+    printf '\n[cross] ---- %s ----\n' "$a"
+    cat "$build.run.log"
+done
+for a in $arches; do
+    arch_vars "$a"
+    cat "$build.summary" 2>/dev/null || echo "cross $a: no summary (see $build.run.log)"
+done
 exit $status

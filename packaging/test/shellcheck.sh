@@ -14,7 +14,12 @@ set -- packaging/sysv/mtproxy \
     packaging/openwrt/test/*.sh \
     packaging/cross/*.sh \
     packaging/docker/*.sh \
-    packaging/test/*.sh
+    packaging/test/*.sh \
+    packaging/musl/*.sh \
+    packaging/debian/test.sh \
+    packaging/debian/postrm \
+    packaging/openwrt/luci-app-mtproxy/root/usr/libexec/rpcd/luci.mtproxy \
+    tests/check_packages.sh
 status=0
 for f in "$@"; do
     [ -f "$f" ] || continue

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "proto/proxyproto.h"
 #include "proxy/middle.h"
 #include "proxy/relay.h"
+#include "proxy/tlslearn.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
 
@@ -39,6 +42,7 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_USER_REMOVED] = "user-removed",
     [CR_HANDSHAKE_CAP] = "handshake-cap",
     [CR_ACCEPT_RATE] = "accept-rate",
+    [CR_UNKNOWN_SNI] = "unknown-sni",
 };
 
 const char *conn_reason_name(enum conn_reason r)
@@ -259,6 +263,13 @@ static int user_admit(struct conn *c, uint32_t idx)
 
 /* --- close ----------------------------------------------------------------------------- */
 
+/* rst-on-close: the coming close(2) of fd sends a TCP reset instead of a FIN (SO_LINGER 0). */
+static void reset_on_close(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+}
+
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
  * afterwards; every path that may close returns -1 up to the callback. */
 int conn_close(struct conn *c, enum conn_reason r)
@@ -301,6 +312,11 @@ int conn_close(struct conn *c, enum conn_reason r)
     ev_timer_stop(pw->w->loop, &c->rate_timer);
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
+    int rst = pw->opt->rst_on_close;
+    if (c->cli.fd >= 0 && (rst == RST_ALWAYS || (rst == RST_PROBES && !c->authed))) {
+        /* a reset instead of a FIN, as servers behind some balancers do */
+        reset_on_close(c->cli.fd);
+    }
     if (c->kind)
         STAT_DEC(&pw->stats.kind_active[c->kind]);
     stranger_done(c);
@@ -540,19 +556,28 @@ static void hbuf_free(struct conn *c)
     c->hlen = c->hcap = 0;
 }
 
-/* Enters HOLD: the client gets no answer; it is read and discarded until a random deadline
- * between 0.5 and 1.5 handshake timeouts, then closed. */
+/* Enters HOLD: the client gets no answer; it is read and discarded, then closed when the site
+ * itself closes an idle connection (the learned idle close T, counted from accept, drawn in
+ * [0.97 T, 1.03 T]); with no idle close known, at a random time between 0.5 and 1.5
+ * handshake timeouts. */
 static void hold(struct conn *c)
 {
     uint16_t r = 0;
     crypto_random(&r, sizeof r);
-    double base = c->pw->opt->handshake_timeout_ms / 1000.0;
+    double base = c->pw->opt->handshake_timeout_ms / 1000.0, at = base * (0.5 + r / 65535.0);
+    const struct tlsprofile *prof = c->pw->learn ? tlslearn_current(c->pw->learn) : NULL;
+    if (prof && prof->idle_close_ms) {
+        double t = prof->idle_close_ms / 1000.0 * (0.97 + 0.06 * (r / 65535.0));
+        at = t - (ev_now(c->pw->w->loop) - c->born);
+        if (at < 0.01)
+            at = 0.01;
+    }
     hbuf_free(c);
     reserve_release(c);
     c->state = CS_HOLD;
     c->up_bytes = 0; /* in HOLD, up_bytes counts what was discarded */
     side_watch(c, &c->cli, EV_READ);
-    timer_arm(c, base * (0.5 + r / 65535.0));
+    timer_arm(c, at);
 }
 
 /* A client we will not serve (we have not answered it yet): forward it, with every byte it
@@ -824,10 +849,15 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
 {
     struct proxy_worker *pw = c->pw;
     const struct options *o = &c->gen->opt;
-    struct faketls_reply r = {
-        .order = (enum faketls_ext_order)o->tls_ext_order,
-        .app_data_len = faketls_draw_len((size_t)o->tls_appdata_min, (size_t)o->tls_appdata_max),
-    };
+    struct faketls_reply r = {.order = (enum faketls_ext_order)o->tls_ext_order};
+    size_t lo = (size_t)o->tls_appdata_min, hi = (size_t)o->tls_appdata_max;
+    if (pw->learn && o->tls_profile) {
+        /* the site's shape: its extension order, and its encrypted records' bytes in one */
+        const struct tlsprofile *p = tlslearn_current(pw->learn);
+        r.order = tlsprofile_ext_order(p);
+        tlsprofile_appdata_range(p, (unsigned)o->tls_profile_vary, &lo, &hi);
+    }
+    r.app_data_len = faketls_draw_len(lo, hi);
     size_t len = faketls_server_hello_len(h->client.sid_len, r.app_data_len);
     struct faketls_client client = h->client; /* h points into the buffer we overwrite */
     if (hbuf_reserve(c, len) ||
@@ -854,6 +884,39 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
     side_watch(c, &c->cli, EV_READ | (c->cli.queued ? EV_WRITE : 0));
 }
 
+/* 1 if the hello names one of our ee domains. */
+static int hello_names_ours(const struct options *o, const struct faketls_hello *h)
+{
+    for (int i = 0; i < o->nsecrets; i++)
+        if (o->secrets[i].kind == SECRET_EE && faketls_hello_has_sni(h, o->secrets[i].domain))
+            return 1;
+    return 0;
+}
+
+/* unknown-sni drop or reject: a hello naming none of our domains is closed, after a fatal
+ * unrecognized_name alert for reject (what a server without that name says). */
+static void unknown_sni(struct conn *c, const char *sni)
+{
+    struct proxy_worker *pw = c->pw;
+    STAT_INC(&pw->stats.rejected);
+    STAT_INC(&pw->stats.unknown_sni);
+    int reject = pw->opt->unknown_sni == SNI_REJECT;
+    if (log_enabled(LOG_LVL_INFO) && loglim_allow(pw, LOGLIM_REJECT)) {
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_info("w%d conn %llu %s: hello names an unknown server (%.64s); %s", pw->w->id,
+                 (unsigned long long)c->id, peer, sni ? sni : "no SNI",
+                 reject ? "unrecognized_name alert" : "dropped");
+    }
+    if (reject) {
+        /* alert record: level fatal (2), unrecognized_name (112); one send, best effort */
+        static const uint8_t alert[7] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70};
+        ssize_t w = send(c->cli.fd, alert, sizeof alert, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
+    conn_close(c, CR_UNKNOWN_SNI);
+}
+
 /* Looks at the hello bytes so far: waits for more, rejects, or answers. */
 static void tls_hello_check(struct conn *c)
 {
@@ -873,6 +936,10 @@ static void tls_hello_check(struct conn *c)
         return;
     }
     const char *sni = h.nsni ? h.sni[0] : NULL;
+    if (o->unknown_sni != SNI_MASK && o->tls_sni_check && !hello_names_ours(o, &h)) {
+        unknown_sni(c, sni);
+        return;
+    }
     if (h.consumed != c->hlen) {
         reject(c, c->hbuf, c->hlen, sni, "bytes after the hello");
         return;
@@ -1411,6 +1478,8 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     if (refused) {
         if (pw->opt->proxy_protocol)
             STAT_INC(&pw->stats.pp_untrusted);
+        if (pw->opt->rst_on_close != RST_OFF)
+            reset_on_close(fd);
         close(fd);
         worker_reserve_release(w);
         return;
@@ -1465,6 +1534,12 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
         return;
     }
     sock_tune(fd, &pw->sockopts);
+    if (pw->opt->client_mss && log_enabled(LOG_LVL_DEBUG)) {
+        int mss = 0;
+        socklen_t ml = sizeof mss;
+        getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &ml);
+        log_debug("w%d conn %llu: client mss %d", w->id, (unsigned long long)c->id, mss);
+    }
     ev_io_init(&c->cli.io, on_cli_io, fd, EV_READ);
     c->cli.io.data = c;
     side_watch(c, &c->cli, EV_READ);
@@ -1473,6 +1548,11 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     unsigned first = pw->opt->probe_wait_ms < pw->opt->handshake_timeout_ms
                          ? pw->opt->probe_wait_ms
                          : pw->opt->handshake_timeout_ms;
+    /* With nowhere to front to, a silent connection is closed when the site would close it
+     * (hold() then closes at once), if that comes first. */
+    const struct tlsprofile *prof = pw->learn ? tlslearn_current(pw->learn) : NULL;
+    if (prof && prof->idle_close_ms && !pw->masks->enabled && prof->idle_close_ms < first)
+        first = prof->idle_close_ms;
     timer_arm(c, first / 1000.0);
     conn_check_accept(pw);
 }
@@ -1488,6 +1568,8 @@ void proxy_on_stop(struct worker *w)
     middle_stop(pw);
     ev_timer_stop(w->loop, &pw->loglim_timer);
     ev_timer_stop(w->loop, &pw->sweep_timer);
+    if (pw->learn && w->id == 0)
+        tlslearn_stop(pw->learn);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
 }
 
@@ -1503,6 +1585,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
     pw->users = users;
     pw->nworkers = nworkers;
     pw->replay = replay;
+    if (crypto_random(&pw->rng, sizeof pw->rng) || !pw->rng)
+        pw->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)pw;
     size_t per_conns = ((size_t)opt->max_connections + (size_t)nworkers - 1) / (size_t)nworkers;
     pool_init(&pw->conns, sizeof(struct conn), per_conns);
     size_t max_blocks = 0;
@@ -1614,6 +1698,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(user_refused);
     ADD(acc_rate);
     ADD(handshake_cap);
+    ADD(unknown_sni);
     ADD(strangers_refused);
     ADD(hello_budget);
     ADD(me_handshakes);

@@ -386,6 +386,8 @@ static const char *const ext_orders[] = {"key-share-first", "versions-first", NU
 static const char *const buffer_modes[] = {"pooled", "per-connection", NULL};
 static const char *const batch_modes[] = {"buffer", "cork", "msg-more", NULL};
 static const char *const fail_modes[] = {"open", "closed", NULL};
+static const char *const sni_policies[] = {"mask", "drop", "reject", NULL};
+static const char *const rst_modes[] = {"off", "probes", "always", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -467,6 +469,30 @@ const struct config_option options_table[] = {
     {.name = "tls-appdata-max", .type = CFG_INT, .offset = OFF(tls_appdata_max),
      .def = "4700", .min = 64, .max = 16384, .arg = "BYTES", .help = "Largest one; each "
      "handshake draws a length uniformly between the two."},
+    {.name = "tls-profile", .type = CFG_BOOL, .offset = OFF(tls_profile), .def = "on",
+     .arg = "on|off", .help = "Learn the fronting site's TLS first flight (at start and every "
+     "tls-profile-refresh, three TLS 1.3 handshakes of our own to mask-host, or with mask on "
+     "the first ee domain, on mask-port, read without decrypting; also how long the site keeps "
+     "an idle connection, which held clients follow) and answer ee clients like it: the "
+     "ServerHello's extension order and the bytes of its encrypted records (sent as one record: "
+     "Telegram clients read exactly one), varied by tls-profile-vary. It is kept in state-file "
+     "with .tls-profile appended. Until learned (site unreachable): a built-in profile of a "
+     "common server, said once in the log. off: tls-ext-order and tls-appdata-min/max."},
+    {.name = "tls-profile-refresh", .type = CFG_DURATION, .offset = OFF(tls_profile_refresh_ms),
+     .def = "6h", .min = 1000, .arg = "DURATION", .help = "How often the profile is learned "
+     "again (after a failure: within 10 minutes)."},
+    {.name = "tls-profile-idle-max", .type = CFG_DURATION, .offset = OFF(tls_profile_idle_ms),
+     .def = "2m", .min = 100, .arg = "DURATION", .help = "After the handshakes the learner "
+     "opens one more connection, says nothing, and times the site's close; it waits at most "
+     "this long (a site that keeps it longer: held clients close at a random time around "
+     "handshake-timeout)."},
+    {.name = "tls-profile-vary", .type = CFG_INT, .offset = OFF(tls_profile_vary), .def = "4",
+     .min = 0, .max = 256, .arg = "BYTES", .help = "Our encrypted record is drawn this many "
+     "bytes around what the site sent (on top of the spread its own handshakes showed)."},
+    {.name = "unknown-sni", .type = CFG_ENUM, .offset = OFF(unknown_sni), .def = "mask",
+     .names = sni_policies, .arg = "mask|drop|reject", .help = "A TLS ClientHello naming none "
+     "of our ee domains (with tls-sni-check on): mask = fronted to the site; drop = closed; "
+     "reject = a fatal TLS unrecognized_name alert (15 03 03 00 02 02 70), then closed."},
     {.name = "replay-cache", .type = CFG_SIZE, .offset = OFF(replay_cache), .def = "4M",
      .max = 1LL << 32, .arg = "BYTES", .help = "Memory for the replay cache shared by all "
      "workers: FakeTLS hellos are remembered for twice tls-time-skew, plain and dd headers "
@@ -506,6 +532,11 @@ const struct config_option options_table[] = {
      .arg = "on|off", .help = "With splice on, splice the download for ee (FakeTLS) clients "
      "too, writing each TLS record header to the client socket between spliced chunks. off: "
      "ee downloads are read into user space and written with their headers by writev(2)."},
+    {.name = "record-sizing", .type = CFG_BOOL, .offset = OFF(record_sizing), .def = "on",
+     .arg = "on|off", .help = "TLS records toward ee clients start at about one TCP segment "
+     "(the socket's MSS, less up to 64 random bytes) and grow to 16 KiB once 64 KiB went out "
+     "or 1 s passed, back to small after 1 s without a download byte, as web servers do. off: "
+     "every record as large as the bytes at hand (up to 16 KiB)."},
     {.name = "dc-pool", .type = CFG_INT, .offset = OFF(dc_pool), .def = "0", .min = 0,
      .max = 64, .arg = "N", .help = "Pre-connected TCP sockets kept per DC per worker (0 = off). "
      "No header is sent until a client claims one, so its first bytes reach the DC without "
@@ -689,6 +720,15 @@ const struct config_option options_table[] = {
      .arg = "BYTES", .help = "SO_SNDBUF of every socket (0 = kernel default, autotuned)."},
     {.name = "rcvbuf", .type = CFG_SIZE, .offset = OFF(rcvbuf), .def = "0", .max = 64 << 20,
      .arg = "BYTES", .help = "SO_RCVBUF of every socket (0 = kernel default, autotuned)."},
+    {.name = "client-mss", .type = CFG_INT, .offset = OFF(client_mss), .def = "0", .min = 0,
+     .max = 65535, .arg = "BYTES", .help = "TCP_MAXSEG of the client listening sockets: the "
+     "segment size we announce and send to clients (small segments defeat DPI that does not "
+     "reassemble). 0 = the kernel's; at least 88 otherwise. Linux fixes it at the SYN: it "
+     "cannot be raised after the handshake."},
+    {.name = "rst-on-close", .type = CFG_ENUM, .offset = OFF(rst_on_close), .def = "off",
+     .names = rst_modes, .arg = "off|probes|always", .help = "Close with a TCP reset "
+     "(SO_LINGER 0) instead of a FIN: probes = connections that never proved a secret (fronted, "
+     "held, refused, unknown-sni drop/reject); always = every client connection."},
     {.name = "tcp-nodelay", .type = CFG_BOOL, .offset = OFF(tcp_nodelay), .def = "on",
      .arg = "on|off", .help = "TCP_NODELAY on both sides."},
     {.name = "log-level", .type = CFG_ENUM, .offset = OFF(log_level), .def = "info",
@@ -776,6 +816,9 @@ int options_validate(struct config_parser *p, struct options *o)
     if (o->tls_appdata_min > o->tls_appdata_max)
         ERR("tls-appdata-min (%d) is above tls-appdata-max (%d)", o->tls_appdata_min,
             o->tls_appdata_max);
+    if (o->client_mss > 0 && o->client_mss < 88)
+        ERR("client-mss %d is below 88, the smallest segment size Linux takes (0 = the "
+            "kernel's)", o->client_mss);
     for (int i = 0; i < o->nsecrets; i++) {
         if (options_documented_secret(&o->secrets[i]))
             ERR("secret %s is the example from mtproxy's documentation: anyone who read it "

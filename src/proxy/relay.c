@@ -236,13 +236,69 @@ static int side_records(const struct conn *c, const struct conn_side *s)
     return c->tls && s == &c->cli;
 }
 
+/* record-sizing (what web servers do): records toward an ee client start at about one TCP
+ * segment and grow to full size once RS_GROW_BYTES went out or RS_GROW_TIME passed; after
+ * RS_IDLE without a record they start small again. */
+#define RS_GROW_BYTES (64u * 1024)
+#define RS_GROW_TIME 1.0
+#define RS_IDLE 1.0
+#define RS_SEGMENT_MAX 1448 /* an Ethernet path's segment with TCP timestamps */
+#define RS_NOISE 64         /* a small record is up to this much shorter, at random */
+
+/* Payload bytes the next record toward the client may carry (record_sent counts what it
+ * did). Costs a compare and a clock read once the stream is in bulk. */
+static size_t record_cap(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    if (!pw->opt->record_sizing)
+        return FAKETLS_MAX_PAYLOAD;
+    ev_tstamp now = ev_now(pw->w->loop);
+    int idle = now - c->rs_last >= RS_IDLE;
+    c->rs_last = now;
+    if (idle)
+        c->rs_sent = 0;
+    if (c->rs_sent >= RS_GROW_BYTES)
+        return FAKETLS_MAX_PAYLOAD;
+    if (c->rs_sent == 0)
+        c->rs_start = now;
+    else if (now - c->rs_start >= RS_GROW_TIME) {
+        c->rs_sent = RS_GROW_BYTES;
+        return FAKETLS_MAX_PAYLOAD;
+    }
+    if (!c->rs_mss) {
+        int mss = 0;
+        socklen_t ml = sizeof mss;
+        if (getsockopt(c->cli.fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &ml) != 0 || mss <= 0)
+            mss = RS_SEGMENT_MAX;
+        c->rs_mss = (uint16_t)(mss < RS_SEGMENT_MAX ? mss : RS_SEGMENT_MAX);
+    }
+    uint64_t x = pw->rng; /* xorshift64: noise, not secrets */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    pw->rng = x;
+    return c->rs_mss > FAKETLS_RECORD_HDR_LEN + RS_NOISE + 64
+               ? c->rs_mss - FAKETLS_RECORD_HDR_LEN - (size_t)(x % RS_NOISE)
+               : 64;
+}
+
+/* A record of n payload bytes left toward the client (counted until the records are full). */
+static void record_sent(struct conn *c, size_t n)
+{
+    if (c->rs_sent < RS_GROW_BYTES)
+        c->rs_sent += (uint32_t)n;
+}
+
 /* Records: writes (what is left of) the header of the record that starts the pipe, choosing
  * its length first if no record is open. Returns 1 when the header is out, 0 when the socket
  * is full, -1 on error (errno set). */
-static int record_header_flush(struct proxy_worker *pw, struct conn_side *s)
+static int record_header_flush(struct conn *c, struct conn_side *s)
 {
+    struct proxy_worker *pw = c->pw;
     if (!s->rec_left) {
-        s->rec_left = (uint32_t)(s->piped < FAKETLS_MAX_PAYLOAD ? s->piped : FAKETLS_MAX_PAYLOAD);
+        size_t cap = record_cap(c);
+        s->rec_left = (uint32_t)(s->piped < cap ? s->piped : cap);
+        record_sent(c, s->rec_left);
         s->rec_hdr_left = FAKETLS_RECORD_HDR_LEN;
     }
     while (s->rec_hdr_left) {
@@ -273,7 +329,7 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
         size_t len = s->piped;
         unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (more ? SPLICE_F_MORE : 0);
         if (records) { /* header, payload, header, payload, ... */
-            int r = record_header_flush(pw, s);
+            int r = record_header_flush(c, s);
             if (r <= 0) {
                 if (r == 0)
                     return 0;
@@ -604,12 +660,15 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             b->end = (uint32_t)hdr; /* room for the record header */
         }
         size_t room = bs - b->end;
-        if (d->tls_out && room > FAKETLS_MAX_PAYLOAD)
-            room = FAKETLS_MAX_PAYLOAD;
         if (room > max - dst->queued - hdr)
             room = max - dst->queued - hdr;
         if (room > cap)
             room = cap;
+        if (d->tls_out) {
+            size_t rcap = record_cap(c);
+            if (room > rcap)
+                room = rcap;
+        }
         uint8_t *p = b->data + b->end;
         ssize_t n = read(src->fd, p, room);
         STAT_INC(&pw->stats.reads);
@@ -627,8 +686,10 @@ static int relay_pump(struct conn *c, const struct relay_dir *d)
             if (m == 0 && fresh) { /* only record headers arrived */
                 block_put(c, dst, b);
             } else {
-                if (d->tls_out)
+                if (d->tls_out) {
                     faketls_record_header(b->data, m);
+                    record_sent(c, m);
+                }
                 b->end += (uint32_t)m;
                 if (fresh) {
                     if (dst->qtail)

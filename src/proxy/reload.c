@@ -161,8 +161,7 @@ static const char *const restart_keys[] = {
     "backlog", "buffers", "replay-cache", "replay-store", "replay-store-fail",
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
-    "ad-tag",
-    "metrics",
+    "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max", "metrics",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own
@@ -205,14 +204,6 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
         b->socks5_addr = a->socks5_addr;
         return 1;
     }
-    if (!strcmp(key, "metrics")) { /* the listeners are bound at start */
-        if (a->metrics_on == b->metrics_on &&
-            !memcmp(&a->metrics_addr, &b->metrics_addr, sizeof a->metrics_addr))
-            return 0;
-        b->metrics_on = a->metrics_on;
-        b->metrics_addr = a->metrics_addr;
-        return 1;
-    }
     if (!strcmp(key, "ad-tag")) {
         /* Switching middle-proxy mode on or off needs a restart (its links are set up at
          * start); another tag takes effect for new clients at once. */
@@ -220,6 +211,14 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
             return 0;
         b->middle = a->middle;
         memcpy(b->ad_tag, a->ad_tag, sizeof b->ad_tag);
+        return 1;
+    }
+    if (!strcmp(key, "metrics")) { /* the listeners are bound at start */
+        if (a->metrics_on == b->metrics_on &&
+            !memcmp(&a->metrics_addr, &b->metrics_addr, sizeof a->metrics_addr))
+            return 0;
+        b->metrics_on = a->metrics_on;
+        b->metrics_addr = a->metrics_addr;
         return 1;
     }
     if (!strcmp(key, "replay-store")) {

@@ -22,6 +22,7 @@
 #include "proxy/metrics.h"
 #include "proxy/middle.h"
 #include "proxy/qr.h"
+#include "proxy/tlslearn.h"
 
 #ifndef MTPROXY_BUILD_EPOCH
 #define MTPROXY_BUILD_EPOCH 0
@@ -358,6 +359,21 @@ static void check_proxy_config(struct doc *d, const struct options *o)
         o->proxy_config_file, o->proxy_secret_file);
 }
 
+/* FakeTLS: which first flight our ServerHello imitates (the profile the running proxy
+ * learned from the fronting site, kept next to the state file), for information. */
+static void check_tls_profile(struct doc *d, const struct options *o)
+{
+    const char *sni = o->mask_host;
+    for (int i = 0; !sni[0] && i < o->nsecrets; i++)
+        if (o->secrets[i].kind == SECRET_EE)
+            sni = o->secrets[i].domain;
+    if (!sni[0] || !o->tls_profile)
+        return;
+    char text[512];
+    tlslearn_describe_file(o->state_file, sni, (int64_t)time(NULL), text, sizeof text);
+    say(d, "OK", "tls-profile", NULL, "%s", text);
+}
+
 int tools_doctor(const struct options *o, const struct config_errors *errors, int offline,
                  FILE *f)
 {
@@ -393,6 +409,7 @@ int tools_doctor(const struct options *o, const struct config_errors *errors, in
     check_fronting(&d, o, offline);
     check_public_host(&d, o, offline);
     check_proxy_config(&d, o);
+    check_tls_profile(&d, o);
     check_dir(&d, "state-file", o->state_file);
     if (o->pidfile[0])
         check_dir(&d, "pidfile", o->pidfile);

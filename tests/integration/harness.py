@@ -260,6 +260,9 @@ class Proxy(Proc):
         argv += ["--dc-builtin", "off", "--mask", "off", "--workers", str(workers),
                  "--state-file", os.path.join(workdir, f"{name}.state"),
                  "--log-level", "debug",
+                 # no TLS profile learning (an extra connection to the mask server) unless a
+                 # test asks for it (test_stealth.py)
+                 "--tls-profile", "off",
                  # load tests open hundreds of connections from 127.0.0.1 at once
                  "--probe-limit-per-ip", "4096",
                  "--handshake-timeout", f"{int(HANDSHAKE_TIMEOUT_S * 1000)}ms",

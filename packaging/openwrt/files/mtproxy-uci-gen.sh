@@ -45,6 +45,7 @@ tcp_nodelay:bool:
 replay_cache:size:1M
 log_level:word:
 log:log:
+metrics:listen:
 state_file:path:/etc/mtproxy/mtproxy.state
 '
 
