@@ -67,6 +67,7 @@ struct metrics_worker {
     struct worker *w;
     int lfd;
     ev_io lio;
+    ev_timer retry;             /* accepting again after running out of descriptors */
     struct metrics_conn *conns; /* METRICS_MAX_CONNS slots */
     struct metrics_stats stats;
 };

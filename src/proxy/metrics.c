@@ -306,9 +306,16 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
         STAT_GET(&s->pp_untrusted));
     u64(e, "access_refusals_total", "reason", "probe_limit_per_ip", NULL, NULL,
         STAT_GET(&s->strangers_refused));
+    u64(e, "access_refusals_total", "reason", "accept_rate", NULL, NULL, STAT_GET(&s->acc_rate));
     family(e, "proxy_protocol_total", "counter", "PROXY headers malformed (bad) or LOCAL.");
     u64(e, "proxy_protocol_total", "result", "bad", NULL, NULL, STAT_GET(&s->pp_bad));
     u64(e, "proxy_protocol_total", "result", "local", NULL, NULL, STAT_GET(&s->pp_local));
+    single(e, "user_refusals_total", "counter",
+           "Valid clients refused by a user limit (per user: mtproxy_user_limit_refusals_total).",
+           STAT_GET(&s->user_refused));
+    single(e, "handshake_cap_closed_total", "counter",
+           "Unfinished handshakes closed for max-handshakes (the oldest first).",
+           STAT_GET(&s->handshake_cap));
     single(e, "hello_budget_drops_total", "counter",
            "FakeTLS hellos dropped: the hello buffers were full.", STAT_GET(&s->hello_budget));
 
@@ -339,6 +346,33 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
            (uint64_t)o->dc_pool);
 
     emit_users(g, e);
+
+    /* Middle-proxy mode (ad-tag): the RPC links to Telegram's MEs. */
+    single(e, "middle_mode", "gauge", "1 in middle-proxy mode (ad-tag set), else 0.",
+           (uint64_t)(o->middle != 0));
+    family(e, "me_links_total", "counter", "ME link events: handshakes completed, handshakes "
+           "failed after the nonce (check nat-info), connects failed, ready links lost.");
+    u64(e, "me_links_total", "event", "handshake", NULL, NULL, STAT_GET(&s->me_handshakes));
+    u64(e, "me_links_total", "event", "handshake_failure", NULL, NULL,
+        STAT_GET(&s->me_handshake_fails));
+    u64(e, "me_links_total", "event", "connect_failure", NULL, NULL,
+        STAT_GET(&s->me_connect_fails));
+    u64(e, "me_links_total", "event", "drop", NULL, NULL, STAT_GET(&s->me_link_drops));
+    family(e, "me_clients_closed_total", "counter",
+           "Middle-mode clients closed: their link died, or over me-client-buffer (slow).");
+    u64(e, "me_clients_closed_total", "reason", "link_dead", NULL, NULL,
+        STAT_GET(&s->me_dead_closed));
+    u64(e, "me_clients_closed_total", "reason", "slow", NULL, NULL, STAT_GET(&s->me_slow_closed));
+    single(e, "me_link_pauses_total", "counter",
+           "Times an ME link stopped being read (me-link-buffer reached).",
+           STAT_GET(&s->me_link_pauses));
+    family(e, "me_messages_total", "counter", "RPC messages: requests sent, answers, acks and "
+           "pings handled, messages for unknown connections.");
+    u64(e, "me_messages_total", "type", "request", NULL, NULL, STAT_GET(&s->me_requests));
+    u64(e, "me_messages_total", "type", "answer", NULL, NULL, STAT_GET(&s->me_answers));
+    u64(e, "me_messages_total", "type", "ack", NULL, NULL, STAT_GET(&s->me_acks));
+    u64(e, "me_messages_total", "type", "ping", NULL, NULL, STAT_GET(&s->me_pings));
+    u64(e, "me_messages_total", "type", "unknown", NULL, NULL, STAT_GET(&s->me_unknown));
 
     single(e, "relay_reads_total", "counter", "Relay read/splice calls.", STAT_GET(&s->reads));
     single(e, "relay_writes_total", "counter", "Relay write calls.", STAT_GET(&s->writes));
@@ -739,8 +773,15 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
     struct metrics_worker *mw = io->data;
     for (int i = 0; i < 16; i++) {
         int fd = accept4(mw->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                       errno == ENOMEM)) {
+            /* Out of descriptors: the socket stays readable; wait instead of spinning. */
+            ev_io_stop(loop, &mw->lio);
+            ev_timer_start(loop, &mw->retry);
+            return;
+        }
         if (fd < 0)
-            return; /* EAGAIN, or out of descriptors: the relay's own accept backs off */
+            return; /* EAGAIN, or a connection that went away */
         struct metrics_conn *m = slot_get(mw);
         if (!m) {
             close(fd);
@@ -758,6 +799,12 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         ev_timer_set(&m->timer, METRICS_READ_TIMEOUT, 0);
         ev_timer_start(loop, &m->timer);
     }
+}
+
+static void on_metrics_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct metrics_worker *mw = t->data;
+    ev_io_start(loop, &mw->lio);
 }
 
 int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared *ms,
@@ -781,6 +828,8 @@ int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared 
     }
     ev_io_init(&mw->lio, on_metrics_accept, lfd, EV_READ);
     mw->lio.data = mw;
+    ev_timer_init(&mw->retry, on_metrics_retry, 0.25, 0);
+    mw->retry.data = mw;
     ev_io_start(w->loop, &mw->lio);
     return 0;
 }

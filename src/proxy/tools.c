@@ -20,7 +20,9 @@
 
 #include "proxy/conn.h"
 #include "proxy/metrics.h"
+#include "proxy/middle.h"
 #include "proxy/qr.h"
+#include "proxy/tlslearn.h"
 
 #ifndef MTPROXY_BUILD_EPOCH
 #define MTPROXY_BUILD_EPOCH 0
@@ -319,6 +321,59 @@ static void check_dir(struct doc *d, const char *what, const char *path)
     }
 }
 
+/* Middle mode: both of Telegram's files load, and were refreshed lately (Telegram changes
+ * the ME list; packaging/mtproxy-update-config fetches it daily). */
+static void check_proxy_config(struct doc *d, const struct options *o)
+{
+    if (!o->middle) {
+        say(d, "OK", "proxy-config", NULL, "direct mode (no ad-tag): not used");
+        return;
+    }
+    const char *fix = "run mtproxy-update-config (packaging/) and enable its daily timer or cron "
+                      "line";
+    char err[512];
+    struct me_table *t = middle_table_load(o, err, sizeof err);
+    if (!t) {
+        say(d, "FAIL", "proxy-config", fix, "%s", err);
+        return;
+    }
+    middle_table_put(t);
+    const char *files[2] = {o->proxy_config_file, o->proxy_secret_file};
+    time_t now = time(NULL);
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (stat(files[i], &st) != 0)
+            continue;
+        double days = difftime(now, st.st_mtime) / 86400;
+        if (i == 0 && days > 7) {
+            say(d, "FAIL", "proxy-config", fix, "%s is %.0f days old: ME addresses change",
+                files[i], days);
+            return;
+        }
+        if (i == 0 && days > 2) {
+            say(d, "WARN", "proxy-config", fix, "%s is %.1f days old", files[i], days);
+            return;
+        }
+    }
+    say(d, "OK", "proxy-config", NULL, "%s and %s load, refreshed within 2 days",
+        o->proxy_config_file, o->proxy_secret_file);
+}
+
+/* FakeTLS: which first flight our ServerHello imitates (the profile the running proxy
+ * learned from the fronting site, kept next to the state file), for information. */
+static void check_tls_profile(struct doc *d, const struct options *o)
+{
+    const char *sni = o->mask_host;
+    for (int i = 0; !sni[0] && i < o->nsecrets; i++)
+        if (o->secrets[i].kind == SECRET_EE)
+            sni = o->secrets[i].domain;
+    if (!sni[0] || !o->tls_profile)
+        return;
+    char text[512];
+    tlslearn_describe_file(o->state_file, sni, (int64_t)time(NULL), text, sizeof text);
+    say(d, "OK", "tls-profile", NULL, "%s", text);
+}
+
 int tools_doctor(const struct options *o, const struct config_errors *errors, int offline,
                  FILE *f)
 {
@@ -353,6 +408,8 @@ int tools_doctor(const struct options *o, const struct config_errors *errors, in
     }
     check_fronting(&d, o, offline);
     check_public_host(&d, o, offline);
+    check_proxy_config(&d, o);
+    check_tls_profile(&d, o);
     check_dir(&d, "state-file", o->state_file);
     if (o->pidfile[0])
         check_dir(&d, "pidfile", o->pidfile);

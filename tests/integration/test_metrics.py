@@ -32,6 +32,18 @@ def need(*progs):
             pytest.skip(f"{p} not installed (Debian package list: .ci/debian-packages)")
 
 
+def require_qr(bins, tmp_path):
+    """QR codes need libqrencode: CI installs it; a cross build without it skips QR checks."""
+    conf = tmp_path / "qr-probe.conf"
+    conf.write_text(f"secret = probe:{new_secret()}\npublic-host = 127.0.0.1\n")
+    p = subprocess.run(mtproxy_argv(bins, "links", "--config", conf, "--qr"),
+                       capture_output=True, timeout=60)
+    if b"no libqrencode" in p.stdout:
+        if os.environ.get("MTPROXY_EMULATOR"):
+            pytest.skip("cross build without libqrencode")
+        pytest.fail("mtproxy built without libqrencode (Debian libqrencode-dev)")
+
+
 def http_get(port, path, headers=None, timeout=10):
     """(status, headers, body bytes) of GET path on the metrics port."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
@@ -162,7 +174,8 @@ def test_metrics_values_parser_promtool(procs, tmp_path):
     for name in ("mtproxy_replays_total", "mtproxy_fronted_total", "mtproxy_access_refusals_total",
                  "mtproxy_arena_blocks", "mtproxy_pipes", "mtproxy_dc_pool_total",
                  "mtproxy_replay_cache_entries", "mtproxy_user_limit_refusals_total",
-                 "mtproxy_connections_closed_total"):
+                 "mtproxy_connections_closed_total", "mtproxy_me_links_total",
+                 "mtproxy_me_messages_total", "mtproxy_middle_mode"):
         assert any(k[0] == name for k in smp), name
     # /stats: the same numbers as one JSON document, links (loopback listener) included.
     st = json.loads(http_get(env.mport, "/stats")[2])
@@ -359,8 +372,9 @@ def zbar(path):
     return set(p.stdout.decode().split())
 
 
-def test_status_page_in_chromium(procs, tmp_path):
+def test_status_page_in_chromium(procs, bins, tmp_path):
     need("chromium", "zbarimg")
+    require_qr(bins, tmp_path)
     env = Env(procs)
     links = env.links()
     chrome = Chrome(tmp_path)
@@ -437,12 +451,11 @@ def test_links_command_qr_decodes(procs, bins, tmp_path):
     conf = tmp_path / "links.conf"
     conf.write_text("".join(f"secret = {n}:{s}\n" for n, s in users.items()) +
                     "listen = 0.0.0.0:443\npublic-host = proxy.example.net\n")
+    require_qr(bins, tmp_path)
     p = subprocess.run(mtproxy_argv(bins, "links", "--config", conf, "--qr"),
                        capture_output=True, timeout=30)
     assert p.returncode == 0, p.stderr
     out = p.stdout.decode()
-    if "no libqrencode" in out:
-        pytest.fail("built without libqrencode")
     blocks = re.split(r"^user (\S+):\n", out, flags=re.M)[1:]
     assert [blocks[i] for i in range(0, len(blocks), 2)] == list(users)
     for name, body in zip(blocks[0::2], blocks[1::2]):
@@ -540,7 +553,7 @@ def test_doctor(bins, tmp_path):
 
 def test_malformed_http_and_slowloris_beside_a_download(procs, tmp_path):
     env = Env(procs, workers=2)
-    size = 64 << 20
+    size = 256 << 20
     base = env.client("alice", "dd", 1000, size)  # reference speed, same machine, same run
     assert_ok(base)
     t0 = base.get("wall") or 1
@@ -589,7 +602,9 @@ def test_malformed_http_and_slowloris_beside_a_download(procs, tmp_path):
     th[0].join(T(60))
     assert_ok(res["dl"])
     t1 = res["dl"].get("wall") or 1
-    assert t1 < 3 * t0 + T(2), (t0, t1)
+    print(f"256 MiB dd download: alone {t0:.2f} s, beside the slowloris and bad requests "
+          f"{t1:.2f} s")
+    assert t1 < 2 * t0 + T(1), (t0, t1)
     for r, a in zip(reqs, answers):
         assert a == b"" or a.startswith(b"HTTP/1.1 "), (r[:60], a[:100])
         assert a.count(b"HTTP/1.1 ") <= 1, (r[:60], a[:200])  # one answer per connection
@@ -637,3 +652,26 @@ def test_reload_changes_users_and_token(procs, tmp_path):
     text = http_get(mport, "/metrics?token=t0k")[2].decode()
     assert 'user="dave"' in text and 'user="alice"' not in text
     assert samples(text)[("mtproxy_config_generation", frozenset())] == 2
+
+
+def test_doctor_proxy_config_freshness(bins, tmp_path):
+    sec, conf = tmp_path / "proxy-secret", tmp_path / "proxy-multi.conf"
+    sec.write_bytes(os.urandom(128))
+    conf.write_text("default 2;\nproxy_for 2 127.0.0.1:8888;\n")
+    port = free_ports(1)[0]
+    good = (f"listen = 127.0.0.1:{port}\nsecret = a:{new_secret()}\npublic-host = 127.0.0.1\n"
+            f"state-file = {tmp_path}/s.state\nad-tag = {'ab' * 16}\n"
+            f"proxy-secret-file = {sec}\nproxy-config-file = {conf}\n")
+    rc, lines, out = doctor(bins, tmp_path, good, "--offline")
+    assert level(lines, "proxy-config") == {"OK"}, out
+    old = time.time() - 3 * 86400
+    os.utime(conf, (old, old))
+    rc, lines, out = doctor(bins, tmp_path, good, "--offline")
+    assert level(lines, "proxy-config") == {"WARN"} and "mtproxy-update-config" in out, out
+    old = time.time() - 10 * 86400
+    os.utime(conf, (old, old))
+    rc, lines, out = doctor(bins, tmp_path, good, "--offline")
+    assert rc == 1 and level(lines, "proxy-config") == {"FAIL"}, out
+    conf.write_text("proxy_for 2 nonsense;\n")
+    rc, lines, out = doctor(bins, tmp_path, good, "--offline")
+    assert rc == 1 and "FAIL" in str(lines.get("proxy-config") or lines.get("config")), out
