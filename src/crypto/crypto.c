@@ -27,6 +27,9 @@ static _Thread_local EVP_CIPHER_CTX *oneshot_ctx;
  * hashing. Freed by crypto_thread_cleanup. */
 static _Thread_local EVP_MD_CTX *md_ctx;
 static _Thread_local EVP_CIPHER_CTX *ecb_ctx;
+/* crypto_random_fast's stream and the keystream bytes it may still give before a re-key. */
+static _Thread_local EVP_CIPHER_CTX *fast_ctx;
+static _Thread_local size_t fast_left;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
 static _Thread_local EVP_MD *sha256_md;
 #endif
@@ -125,6 +128,9 @@ void crypto_thread_cleanup(void) {
     oneshot_ctx = NULL;
     EVP_CIPHER_CTX_free(ecb_ctx);
     ecb_ctx = NULL;
+    EVP_CIPHER_CTX_free(fast_ctx);
+    fast_ctx = NULL;
+    fast_left = 0;
     EVP_MD_CTX_free(md_ctx);
     md_ctx = NULL;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
@@ -214,6 +220,38 @@ int crypto_random(void *buf, size_t len) {
         size_t n = len > CRYPTO_CHUNK_MAX ? CRYPTO_CHUNK_MAX : len;
         if (RAND_bytes(b, (int)n) != 1)
             return -1;
+        b += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* crypto_random_fast: the keystream of a per-thread AES-256-CTR stream keyed from RAND_bytes
+ * and re-keyed every FAST_REKEY bytes (the construction of a CTR-DRBG, without OpenSSL's
+ * per-call locking, reseed checks and provider dispatch). */
+#define FAST_REKEY (1u << 20)
+
+int crypto_random_fast(void *buf, size_t len) {
+    uint8_t *b = buf;
+    while (len > 0) {
+        if (!fast_left) {
+            uint8_t k[CRYPTO_KEY_LEN + CRYPTO_IV_LEN];
+            if (!fast_ctx && !(fast_ctx = ctr_ctx_new()))
+                return crypto_random(b, len);
+            int ok = RAND_bytes(k, sizeof k) == 1 &&
+                     EVP_EncryptInit_ex(fast_ctx, NULL, NULL, k, k + CRYPTO_KEY_LEN) == 1;
+            OPENSSL_cleanse(k, sizeof k);
+            if (!ok)
+                return crypto_random(b, len);
+            fast_left = FAST_REKEY;
+        }
+        size_t n = len < fast_left ? len : fast_left;
+        memset(b, 0, n); /* keystream = zeros XOR keystream, in place */
+        if (ctr_xor(fast_ctx, b, b, n) != 0) {
+            fast_left = 0;
+            return crypto_random(b, len);
+        }
+        fast_left -= n;
         b += n;
         len -= n;
     }
