@@ -109,6 +109,7 @@ struct opts {
     const char *csv;
     const char *label;
     double pre_wait;
+    double settle; /* seconds between set-up and the ready RSS / the timed window */
     int concurrency;
     int quiet;
 };
@@ -959,7 +960,7 @@ static void usage(void)
             "  [--workload bulk-down|bulk-up|mtu|mtu-up|small|trickle|idle|handshake]\n"
             "  [--conns N] [--seconds S] [--window W] [--interval-ms MS] [--msg-size B]\n"
             "  [--proxy-pid PID | --proxy-pidfile F] [--proxy-log F] [--csv F] [--label S]\n"
-            "  [--pre-wait S] [--concurrency C] [--quiet]\n"
+            "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet]\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
             "plain secret, dd the dd tag on a dd secret, tls FakeTLS on an ee secret (dd inside).\n"
             "Holding N connections takes 2N descriptors here (N clients + N DC sides).\n");
@@ -1018,6 +1019,8 @@ int main(int argc, char **argv)
             o.label = v;
         else if (ARG("--pre-wait"))
             o.pre_wait = atof(v);
+        else if (ARG("--settle"))
+            o.settle = atof(v);
         else if (ARG("--concurrency"))
             o.concurrency = atoi(v);
         else if (strcmp(a, "--quiet") == 0)
@@ -1141,8 +1144,9 @@ int main(int argc, char **argv)
                     clients_ready, dcs_ready, o.conns);
             note_error("setup incomplete");
         }
-        /* let the proxy settle (its buffers from the handshake given back) */
-        uint64_t settle = now_ns() + 300000000ull;
+        /* let the proxy settle (its buffers from the handshake given back; after
+         * CONN_PARK_IDLE seconds its idle connections' cipher contexts too) */
+        uint64_t settle = now_ns() + (uint64_t)((o.settle > 0 ? o.settle : 0.3) * 1e9);
         while (now_ns() < settle)
             run_events(10);
         proxy_mem(pid, &m_ready);

@@ -9,21 +9,39 @@
 #define CRYPTO_IV_LEN 16
 #define CRYPTO_SHA256_LEN 32
 
-/* One AES-256-CTR stream (key schedule + counter + keystream position). Opaque: the
- * OpenSSL context behind it is allocated once and re-keyed with crypto_ctr_init(), so a
- * connection slot reused from a free list never mallocs on the hot path. */
-struct crypto_ctr;
+/* One AES-256-CTR stream. Its fields belong to crypto.c (visible so that a connection can hold
+ * its streams inline: an idle stream is these few bytes). A keyed stream holds an OpenSSL
+ * context (~0.9 KB) only while it is in use: crypto_ctr_park hands the context back and keeps
+ * key, IV and position, and the next apply takes a context again (from a small per-thread
+ * spare list, re-keyed at the position). A zero-filled struct is a valid, un-keyed stream. */
+struct crypto_ctr {
+    void *ctx;                    /* the OpenSSL context, or NULL while parked / un-keyed */
+    uint64_t pos;                 /* keystream bytes used since crypto_ctr_init */
+    uint8_t key[CRYPTO_KEY_LEN];
+    uint8_t iv[CRYPTO_IV_LEN];
+    int keyed;                    /* 0 until crypto_ctr_init succeeds, and again after a failure */
+};
 
-/* Allocates an un-keyed stream. Returns NULL on allocation failure. */
+/* Allocates an un-keyed stream (no context yet). Returns NULL on allocation failure. */
 struct crypto_ctr *crypto_ctr_new(void);
 
-/* Frees a stream (NULL is fine). */
+/* Wipes and frees a stream (NULL is fine). */
 void crypto_ctr_free(struct crypto_ctr *c);
 
 /* (Re)keys the stream: key 32 bytes, iv 16 bytes = initial big-endian 128-bit counter.
  * Keystream position returns to 0. Returns 0, or -1 if OpenSSL failed. */
 int crypto_ctr_init(struct crypto_ctr *c, const uint8_t key[CRYPTO_KEY_LEN],
                     const uint8_t iv[CRYPTO_IV_LEN]);
+
+/* Gives the stream's OpenSSL context back (to the calling thread's spare list, or freed when
+ * that is full); key, IV and position stay, and the next crypto_ctr_apply goes on where this
+ * one stopped. Call from the thread that uses the stream. Returns 1 if a context was freed,
+ * else 0 (kept as a spare, or none held). */
+int crypto_ctr_park(struct crypto_ctr *c);
+
+/* Parks the stream and wipes its key: back to a zero-filled, un-keyed stream (for a stream
+ * held inline whose owner is done with it). */
+void crypto_ctr_wipe(struct crypto_ctr *c);
 
 /* XORs len bytes of keystream into buf in place (encrypt == decrypt) and advances the
  * position by len. in may equal out; otherwise the ranges must not overlap. Fails closed: on
@@ -57,6 +75,13 @@ void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t
 
 /* Fills buf with len cryptographically strong random bytes. Returns 0, or -1 on failure. */
 int crypto_random(void *buf, size_t len);
+
+/* Like crypto_random, for bulk bytes that must be unpredictable but are no key (a FakeTLS
+ * answer's fake ApplicationData, length draws): the keystream of a per-thread AES-256-CTR
+ * stream keyed from crypto_random and re-keyed every MiB, about 10x cheaper per call than
+ * RAND_bytes. Falls back to crypto_random if the cipher fails. Returns 0, or -1. The thread's
+ * stream is freed by crypto_thread_cleanup. */
+int crypto_random_fast(void *buf, size_t len);
 
 /* Constant-time comparison: 1 if the n bytes are equal, else 0. */
 int crypto_memeq(const void *a, const void *b, size_t n);

@@ -129,9 +129,12 @@ struct conn {
     struct conn *wait_next;    /* the worker's list of connections waiting for a block */
     struct conn *batch_next;   /* the worker's list of connections with a batched write */
     struct conn_side cli, dc;
-    /* The AES-256-CTR streams; allocated once per slot, re-keyed per connection. In fast
-     * mode cli_enc and dc_dec are unused (and never allocated by a fast-only proxy). */
+    /* The AES-256-CTR streams: pointers into ctr[] (0 cli_dec, 1 cli_enc, 2 dc_enc, 3 dc_dec).
+     * In fast mode cli_enc and dc_dec are unused. A stream holds an OpenSSL context only while
+     * the connection moves bytes: the worker's sweep parks those of connections idle for
+     * CONN_PARK_IDLE seconds, so an idle connection is this struct and nothing on the heap. */
     struct crypto_ctr *cli_dec, *cli_enc, *dc_enc, *dc_dec;
+    struct crypto_ctr ctr[4];
     ev_timer timer;            /* handshake / connect / idle / hold deadline by state */
     ev_tstamp last_io;
     uint64_t id;
@@ -178,6 +181,9 @@ struct conn {
     struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
 };
 
+/* Seconds without a byte either way after which a connection's cipher contexts are parked. */
+#define CONN_PARK_IDLE 1.0
+
 /* Counters of one worker; written by it only (relaxed), summed by readers. */
 struct proxy_stats {
     stat_t accepted;
@@ -210,6 +216,7 @@ struct proxy_stats {
     stat_t acc_rate;         /* closed at accept: accept-rate from one source reached */
     stat_t handshake_cap;    /* unfinished handshakes closed for max-handshakes */
     stat_t unknown_sni;      /* hellos naming none of our domains, dropped or refused */
+    stat_t ctr_parked;       /* idle connections whose cipher contexts were handed back */
     stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */
     /* middle mode */

@@ -14,10 +14,11 @@
 /* EVP lengths are int: longer inputs are fed in pieces of at most this many bytes. */
 #define CRYPTO_CHUNK_MAX (INT_MAX - 64)
 
-struct crypto_ctr {
-    EVP_CIPHER_CTX *ctx;
-    int keyed; /* 0 until crypto_ctr_init succeeds, and again after it fails */
-};
+/* Cipher contexts of parked streams, kept for the next stream that needs one (bounded: the
+ * rest are freed, so a worker's idle connections hold none). */
+#define CTX_SPARE_MAX 64
+static _Thread_local EVP_CIPHER_CTX *ctx_spare[CTX_SPARE_MAX];
+static _Thread_local int ctx_nspare;
 
 /* The per-thread context behind crypto_ctr_oneshot, created on first use. Cipher selection
  * happens once here, so each one-shot call only re-keys it (no allocation, no fetch). */
@@ -28,6 +29,9 @@ static _Thread_local EVP_CIPHER_CTX *oneshot_ctx;
  * hashing. Freed by crypto_thread_cleanup. */
 static _Thread_local EVP_MD_CTX *md_ctx;
 static _Thread_local EVP_CIPHER_CTX *ecb_ctx;
+/* crypto_random_fast's stream and the keystream bytes it may still give before a re-key. */
+static _Thread_local EVP_CIPHER_CTX *fast_ctx;
+static _Thread_local size_t fast_left;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
 static _Thread_local EVP_MD *sha256_md;
 #endif
@@ -97,37 +101,87 @@ static int ctr_xor(EVP_CIPHER_CTX *ctx, const uint8_t *in, uint8_t *out, size_t 
 }
 
 struct crypto_ctr *crypto_ctr_new(void) {
-    struct crypto_ctr *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    c->ctx = ctr_ctx_new();
-    if (!c->ctx) {
-        free(c);
-        return NULL;
-    }
-    return c;
+    return calloc(1, sizeof(struct crypto_ctr));
 }
 
 void crypto_ctr_free(struct crypto_ctr *c) {
     if (!c)
         return;
-    EVP_CIPHER_CTX_free(c->ctx); /* also wipes the key schedule */
+    crypto_ctr_wipe(c);
     free(c);
+}
+
+/* A context with AES-256-CTR selected: a spare one, else a new one. NULL on failure. */
+static EVP_CIPHER_CTX *ctx_take(void) {
+    if (ctx_nspare)
+        return ctx_spare[--ctx_nspare];
+    return ctr_ctx_new();
+}
+
+int crypto_ctr_park(struct crypto_ctr *c) {
+    EVP_CIPHER_CTX *ctx = c->ctx;
+    if (!ctx)
+        return 0;
+    c->ctx = NULL;
+    if (ctx_nspare < CTX_SPARE_MAX) {
+        ctx_spare[ctx_nspare++] = ctx; /* its key schedule is overwritten by the next init */
+        return 0;
+    }
+    EVP_CIPHER_CTX_free(ctx); /* also wipes the key schedule */
+    return 1;
+}
+
+void crypto_ctr_wipe(struct crypto_ctr *c) {
+    crypto_ctr_park(c);
+    OPENSSL_cleanse(c, sizeof *c);
+}
+
+/* Gives a parked stream a context keyed at its position. Returns 0, or -1. */
+static int ctr_attach(struct crypto_ctr *c) {
+    uint8_t iv[CRYPTO_IV_LEN], skip[16];
+    memcpy(iv, c->iv, sizeof iv);
+    uint64_t blocks = c->pos / 16;
+    for (int i = 15; i >= 0 && blocks; i--) { /* big-endian 128-bit add, as CTR counts */
+        uint64_t v = (uint64_t)iv[i] + (blocks & 0xff);
+        iv[i] = (uint8_t)v;
+        blocks = (blocks >> 8) + (v >> 8);
+    }
+    EVP_CIPHER_CTX *ctx = ctx_take();
+    if (!ctx)
+        return -1;
+    size_t part = (size_t)(c->pos % 16);
+    int outl = 0;
+    if (EVP_EncryptInit_ex(ctx, NULL, NULL, c->key, iv) != 1 ||
+        (part && (EVP_EncryptUpdate(ctx, skip, &outl, skip, (int)part) != 1 ||
+                  (size_t)outl != part))) {
+        EVP_CIPHER_CTX_free(ctx);
+        return -1;
+    }
+    c->ctx = ctx;
+    return 0;
 }
 
 int crypto_ctr_init(struct crypto_ctr *c, const uint8_t key[CRYPTO_KEY_LEN],
                     const uint8_t iv[CRYPTO_IV_LEN]) {
-    c->keyed = EVP_EncryptInit_ex(c->ctx, NULL, NULL, key, iv) == 1;
-    return c->keyed ? 0 : -1;
+    memcpy(c->key, key, CRYPTO_KEY_LEN);
+    memcpy(c->iv, iv, CRYPTO_IV_LEN);
+    c->pos = 0;
+    c->keyed = 0;
+    if (c->ctx ? EVP_EncryptInit_ex(c->ctx, NULL, NULL, key, iv) != 1 : ctr_attach(c) != 0)
+        return -1;
+    c->keyed = 1;
+    return 0;
 }
 
 void crypto_ctr_apply(struct crypto_ctr *c, const uint8_t *in, uint8_t *out, size_t len) {
-    if (!c->keyed) {
+    if (!c->keyed || (!c->ctx && ctr_attach(c) != 0)) {
+        c->keyed = 0;
         memset(out, 0, len);
         return;
     }
     if (ctr_xor(c->ctx, in, out, len) != 0)
         c->keyed = 0; /* position unknown now: refuse further use until re-keyed */
+    c->pos += len;
 }
 
 void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYPTO_IV_LEN],
@@ -150,6 +204,11 @@ void crypto_thread_cleanup(void) {
     oneshot_ctx = NULL;
     EVP_CIPHER_CTX_free(ecb_ctx);
     ecb_ctx = NULL;
+    EVP_CIPHER_CTX_free(fast_ctx);
+    fast_ctx = NULL;
+    fast_left = 0;
+    while (ctx_nspare)
+        EVP_CIPHER_CTX_free(ctx_spare[--ctx_nspare]);
     EVP_MD_CTX_free(md_ctx);
     md_ctx = NULL;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
@@ -241,6 +300,38 @@ int crypto_random(void *buf, size_t len) {
         size_t n = len > CRYPTO_CHUNK_MAX ? CRYPTO_CHUNK_MAX : len;
         if (RAND_bytes(b, (int)n) != 1)
             return -1;
+        b += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* crypto_random_fast: the keystream of a per-thread AES-256-CTR stream keyed from RAND_bytes
+ * and re-keyed every FAST_REKEY bytes (the construction of a CTR-DRBG, without OpenSSL's
+ * per-call locking, reseed checks and provider dispatch). */
+#define FAST_REKEY (1u << 20)
+
+int crypto_random_fast(void *buf, size_t len) {
+    uint8_t *b = buf;
+    while (len > 0) {
+        if (!fast_left) {
+            uint8_t k[CRYPTO_KEY_LEN + CRYPTO_IV_LEN];
+            if (!fast_ctx && !(fast_ctx = ctr_ctx_new()))
+                return crypto_random(b, len);
+            int ok = RAND_bytes(k, sizeof k) == 1 &&
+                     EVP_EncryptInit_ex(fast_ctx, NULL, NULL, k, k + CRYPTO_KEY_LEN) == 1;
+            OPENSSL_cleanse(k, sizeof k);
+            if (!ok)
+                return crypto_random(b, len);
+            fast_left = FAST_REKEY;
+        }
+        size_t n = len < fast_left ? len : fast_left;
+        memset(b, 0, n); /* keystream = zeros XOR keystream, in place */
+        if (ctr_xor(fast_ctx, b, b, n) != 0) {
+            fast_left = 0;
+            return crypto_random(b, len);
+        }
+        fast_left -= n;
         b += n;
         len -= n;
     }

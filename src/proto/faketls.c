@@ -533,7 +533,7 @@ size_t faketls_server_hello(uint8_t *out, size_t outlen, const uint8_t key[FAKET
     p[2] = 3;
     store_be16(p + 3, app);
     p += FAKETLS_RECORD_HDR_LEN;
-    if (crypto_random(p, app) != 0)
+    if (crypto_random_fast(p, app) != 0)
         return 0;
     p += app;
     assert((size_t)(p - out) == total);
@@ -550,10 +550,10 @@ size_t faketls_draw_len(size_t lo, size_t hi) {
         return lo;
     uint64_t span = (uint64_t)(hi - lo) + 1, r;
     if (span == 0) /* [0, UINT64_MAX]: every value is fine */
-        return crypto_random(&r, sizeof r) == 0 ? (size_t)r : lo + (hi - lo) / 2;
+        return crypto_random_fast(&r, sizeof r) == 0 ? (size_t)r : lo + (hi - lo) / 2;
     uint64_t limit = UINT64_MAX - UINT64_MAX % span; /* reject the biased tail */
     for (int tries = 0; tries < 64; tries++) {
-        if (crypto_random(&r, sizeof r) != 0)
+        if (crypto_random_fast(&r, sizeof r) != 0)
             break;
         if (r < limit)
             return lo + (size_t)(r % span);

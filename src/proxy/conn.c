@@ -1,6 +1,9 @@
 /* conn.c: client connection state machine (header -> DC connect -> relay) and the relay. */
 #include "proxy/conn.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -331,6 +334,8 @@ int conn_close(struct conn *c, enum conn_reason r)
     side_release(c, &c->cli);
     side_release(c, &c->dc);
     hbuf_free(c);
+    for (int i = 0; i < 4; i++)
+        crypto_ctr_wipe(&c->ctr[i]);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -1343,19 +1348,34 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* --- accept ---------------------------------------------------------------------------- */
 
-/* Allocates the cipher contexts this connection needs that its slot lacks (fast mode needs
- * only the two upload-direction streams, middle mode only the client's two). */
-static int conn_ciphers(struct conn *c)
+/* Points the connection's stream pointers at its inline streams (un-keyed, no context). */
+static void conn_ciphers(struct conn *c)
 {
-    struct crypto_ctr **s[4] = {&c->cli_dec, &c->dc_enc, &c->cli_enc, &c->dc_dec};
-    if (c->pw->middle) { /* middle mode: the client's two streams only (CBC is per link) */
-        s[1] = &c->cli_enc;
-        s[2] = s[3] = NULL;
+    struct crypto_ctr **s[4] = {&c->cli_dec, &c->cli_enc, &c->dc_enc, &c->dc_dec};
+    for (int i = 0; i < 4; i++)
+        *s[i] = &c->ctr[i];
+}
+
+/* Hands back the cipher contexts of connections that moved no byte for CONN_PARK_IDLE
+ * seconds (the next byte takes one again), and the freed memory to the system. */
+static void ciphers_park_idle(struct proxy_worker *pw, double now)
+{
+    int freed = 0;
+    for (struct conn *c = pw->live; c; c = c->next) {
+        if (c->state != CS_RELAY || now - c->last_io < CONN_PARK_IDLE)
+            continue;
+        int held = 0;
+        for (int i = 0; i < 4; i++) {
+            held |= c->ctr[i].ctx != NULL;
+            freed += crypto_ctr_park(&c->ctr[i]);
+        }
+        if (held)
+            STAT_INC(&pw->stats.ctr_parked);
     }
-    for (int i = 0; i < 4 && s[i] && (i < 2 || !c->fast); i++)
-        if (!*s[i] && !(*s[i] = crypto_ctr_new()))
-            return -1;
-    return 0;
+#ifdef __GLIBC__
+    if (freed >= 64)
+        malloc_trim(0); /* glibc keeps freed chunks mapped; the contexts were ~0.9 KB each */
+#endif
 }
 
 /* Rate limit: a paused direction's time came; read again. */
@@ -1397,6 +1417,7 @@ static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct proxy_worker *pw = t->data;
     double now = ev_now(loop);
+    ciphers_park_idle(pw, now);
     for (struct conn *c = pw->live, *next; c; c = next) {
         next = c->next;
         const struct user_limit *l = c->lim;
@@ -1505,10 +1526,8 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     }
     STAT_INC(&pw->stats.accepted);
     STAT_INC(&pw->stats.active);
-    /* Keep the cipher contexts of a reused slot; reset the rest. */
-    struct crypto_ctr *keep[4] = {c->cli_dec, c->cli_enc, c->dc_enc, c->dc_dec};
-    memset(c, 0, sizeof *c);
-    c->cli_dec = keep[0], c->cli_enc = keep[1], c->dc_enc = keep[2], c->dc_dec = keep[3];
+    memset(c, 0, sizeof *c); /* a freed slot's streams were wiped (no context held) */
+    conn_ciphers(c);
     c->pw = pw;
     c->id = ++pw->next_id;
     c->peer = *peer;
@@ -1531,10 +1550,6 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     ev_init(&c->rate_timer, on_rate_timer);
     c->rate_timer.data = c;
     handshake_start(c);
-    if (conn_ciphers(c)) {
-        conn_close(c, CR_NO_MEMORY);
-        return;
-    }
     /* Behind a balancer the address is known only from the PROXY header (counted there). */
     if (!pw->opt->proxy_protocol && stranger_refused(c)) {
         conn_close(c, CR_REFUSED);
@@ -1649,10 +1664,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
 static void conn_free_ciphers(void *obj)
 {
     struct conn *c = obj;
-    crypto_ctr_free(c->cli_dec);
-    crypto_ctr_free(c->cli_enc);
-    crypto_ctr_free(c->dc_enc);
-    crypto_ctr_free(c->dc_dec);
+    for (int i = 0; i < 4; i++)
+        crypto_ctr_wipe(&c->ctr[i]);
 }
 
 void proxy_worker_destroy(struct proxy_worker *pw)
@@ -1702,6 +1715,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(store_replays);
     ADD(store_failed);
     ADD(tls_hmacs);
+    ADD(ctr_parked);
     ADD(user_refused);
     ADD(acc_rate);
     ADD(handshake_cap);

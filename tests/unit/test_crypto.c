@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -261,6 +262,77 @@ static void test_ctr_block_matches_stream(void **state) {
     }
 }
 
+/* crypto_random_fast: no zeros left, two draws differ, and a draw across the 1 MiB re-key
+ * boundary is filled to its last byte (byte frequencies near uniform over 2 MiB). */
+static void test_random_fast(void **state) {
+    (void)state;
+    uint8_t a[4096], b[4096];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    assert_int_equal(crypto_random_fast(a, sizeof a), 0);
+    assert_int_equal(crypto_random_fast(b, sizeof b), 0);
+    assert_false(memcmp(a, b, sizeof a) == 0);
+    size_t n = (size_t)2 << 20;
+    uint8_t *big = calloc(1, n);
+    assert_non_null(big);
+    assert_int_equal(crypto_random_fast(big, 1000), 0); /* not aligned to the re-key */
+    assert_int_equal(crypto_random_fast(big, n), 0);
+    size_t freq[256] = {0};
+    for (size_t i = 0; i < n; i++)
+        freq[big[i]]++;
+    for (int v = 0; v < 256; v++) { /* expected 8192 each; 7,000..9,400 is > 12 sigma */
+        assert_true(freq[v] > 7000);
+        assert_true(freq[v] < 9400);
+    }
+    size_t zero_run = 0, longest = 0; /* the tail after the re-key must not be left zero */
+    for (size_t i = n - 4096; i < n; i++) {
+        zero_run = big[i] ? 0 : zero_run + 1;
+        longest = zero_run > longest ? zero_run : longest;
+    }
+    assert_true(longest < 8);
+    free(big);
+}
+
+/* A parked stream goes on where it stopped (any offset in a block, a counter that carries);
+ * an inline zero-filled stream works like crypto_ctr_new's; a wiped one fails closed. */
+static void test_ctr_park_resumes(void **state) {
+    (void)state;
+    uint8_t key[32], iv[16], zero[3000] = {0}, whole[3000], part[3000];
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)(7 * i + 1);
+    memset(iv, 0xff, sizeof iv); /* the counter wraps after one block */
+    iv[0] = 0x12;
+    crypto_ctr_oneshot(key, iv, zero, whole, sizeof whole);
+    struct crypto_ctr c;
+    memset(&c, 0, sizeof c);
+    assert_int_equal(crypto_ctr_init(&c, key, iv), 0);
+    static const size_t cuts[] = {1, 15, 16, 17, 250, 1024, 1, 33, 600};
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        crypto_ctr_apply(&c, zero, part + at, cuts[i]);
+        at += cuts[i];
+        crypto_ctr_park(&c);
+        assert_null(c.ctx);
+    }
+    crypto_ctr_apply(&c, zero, part + at, sizeof part - at);
+    assert_memory_equal(part, whole, sizeof whole);
+    crypto_ctr_wipe(&c);
+    memset(part, 0xaa, 64);
+    crypto_ctr_apply(&c, zero, part, 64); /* un-keyed: zeros, never the input */
+    assert_memory_equal(part, zero, 64);
+    /* more streams parked than the spare list holds: the surplus is freed */
+    struct crypto_ctr many[80];
+    memset(many, 0, sizeof many);
+    int freed = 0;
+    for (int i = 0; i < 80; i++)
+        assert_int_equal(crypto_ctr_init(&many[i], key, iv), 0);
+    for (int i = 0; i < 80; i++)
+        freed += crypto_ctr_park(&many[i]);
+    assert_true(freed >= 16);
+    for (int i = 0; i < 80; i++)
+        crypto_ctr_wipe(&many[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ctr_nist_f55),
@@ -273,6 +345,8 @@ int main(void) {
         cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_hmac_sha256),
         cmocka_unit_test(test_random),
+        cmocka_unit_test(test_random_fast),
+        cmocka_unit_test(test_ctr_park_resumes),
         cmocka_unit_test(test_memeq),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,27 @@
+"""test_perf.py: the relay's cost cuts keep every byte (#19): idle connections' cipher
+contexts parked and resumed, wide reads on bulk connections, busy-poll."""
+import pytest
+
+from harness import assert_ok
+from proxyinfo import stats
+from test_fastpath import FastEnv
+
+KB = 1 << 10
+MB = 1 << 20
+FAST = {"fast": ["--fast-mode", "on"], "nofast": ["--fast-mode", "off"]}
+
+
+@pytest.mark.parametrize("fast", sorted(FAST))
+def test_idle_ciphers_parked_then_resumed(procs, fast):
+    # Each client sits idle for 2 s after the hello (the proxy parks its cipher streams at the
+    # sweep after 1 s idle, keeping key, IV and position), then moves 256 KiB each way: every
+    # byte must decrypt, for each kind, with all four streams in use (fast mode off) or two.
+    env = FastEnv(procs, FAST[fast])
+    for name, secret, tag in env.kinds():
+        before = stats(env.proxy).get("ctr_parked", 0)
+        mark = env.dc.mark()
+        res = env.client(tag, 2, 256 * KB, 256 * KB, "--hold", 2, secret=secret)
+        assert_ok(res)
+        assert res["up_total"] == res["down_total"] == 256 * KB, res
+        assert env.dc.wait_line(rf"^DONE listener=2 up_ok={256 * KB} mismatch=none$", 5, mark)
+        assert stats(env.proxy)["ctr_parked"] > before, name
