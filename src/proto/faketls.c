@@ -404,6 +404,17 @@ enum faketls_verify faketls_hello_verify(const uint8_t *buf, const struct faketl
     return faketls_hello_verify_sni(buf, h, secrets, nsecrets, now, tp, 0, m, NULL);
 }
 
+/* Starts a verification: no match yet, no HMAC yet; returns the number of signed spans. */
+static size_t verify_begin(const uint8_t *buf, const struct faketls_hello *h, uint8_t *hdr,
+                           struct crypto_span *spans, struct faketls_match *m, unsigned *tries) {
+    if (tries)
+        *tries = 0;
+    m->secret_index = -1;
+    m->timestamp = 0;
+    m->skew = 0;
+    return hello_spans(buf, h, hdr, spans);
+}
+
 /* Tries secret i against the hello (spans: the signed bytes). Returns BAD_MAC if its MAC
  * does not match, else the verdict (OK, STALE or FUTURE) with *m filled. */
 static enum faketls_verify try_secret(const struct secret *s, size_t i, const struct faketls_hello *h,
@@ -436,15 +447,9 @@ enum faketls_verify faketls_hello_verify_sni(const uint8_t *buf, const struct fa
                                              int64_t now, const struct faketls_time *tp,
                                              int sni_only, struct faketls_match *m,
                                              unsigned *tries) {
-    if (tries)
-        *tries = 0;
     struct crypto_span spans[VERIFY_SPANS_MAX];
     uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
-    size_t n = hello_spans(buf, h, hdr, spans);
-
-    m->secret_index = -1;
-    m->timestamp = 0;
-    m->skew = 0;
+    size_t n = verify_begin(buf, h, hdr, spans, m, tries);
     for (size_t i = 0; i < nsecrets; i++) {
         if (secrets[i].kind != SECRET_EE)
             continue;
@@ -501,14 +506,9 @@ enum faketls_verify faketls_hello_verify_index(const uint8_t *buf, const struct 
                                                const struct faketls_sni_index *x, int64_t now,
                                                const struct faketls_time *tp,
                                                struct faketls_match *m, unsigned *tries) {
-    if (tries)
-        *tries = 0;
     struct crypto_span spans[VERIFY_SPANS_MAX];
     uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
-    size_t n = hello_spans(buf, h, hdr, spans);
-    m->secret_index = -1;
-    m->timestamp = 0;
-    m->skew = 0;
+    size_t n = verify_begin(buf, h, hdr, spans, m, tries);
     for (unsigned s = 0; s < h->nsni; s++) {
         uint64_t key = (uint64_t)domain_hash(h->sni[s]) << 32;
         size_t lo = 0, hi = x->n; /* first entry >= key */
