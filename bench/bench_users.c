@@ -5,7 +5,8 @@
  * tries) and with a probe that matches nobody (what a censor pays us to make us compute):
  *   plain / dd: obfs2_parse over N secrets of that kind (a 64-byte header);
  *   ee:         faketls_hello_parse + faketls_hello_verify_sni over N ee secrets, every user with
- *               a domain of its own ("sni": tls-sni-check narrows to one secret) and all users
+ *               a domain of its own ("sni": tls-sni-check narrows to one secret by walking the
+ *               users' domains; "index": through the domain index the proxy uses) and all users
  *               on one domain ("one-domain": every secret is an HMAC over the hello).
  * Median of 5 rounds. CSV: users,kind,case,us_per_handshake
  */
@@ -156,6 +157,19 @@ int main(int argc, char **argv)
                 row(n, "ee", one_domain ? (probe ? "one-domain-probe" : "one-domain-last-user")
                                         : (probe ? "sni-probe" : "sni-last-user"),
                     us);
+                if (one_domain)
+                    continue;
+                /* what the proxy runs with tls-sni-check: the domain index */
+                struct faketls_sni_index x;
+                if (faketls_sni_index_build(&x, s, n))
+                    return 1;
+                us = MEDIAN_US(it, {
+                    faketls_hello_parse(hello, len, &h);
+                    faketls_hello_verify_index(hello, &h, s, &x, (int64_t)time(NULL), NULL, &m,
+                                               NULL);
+                });
+                faketls_sni_index_free(&x);
+                row(n, "ee", probe ? "index-probe" : "index-last-user", us);
             }
         }
         free(s);

@@ -185,6 +185,26 @@ enum faketls_verify faketls_hello_verify_sni(const uint8_t *buf, const struct fa
                                              int sni_only, struct faketls_match *m,
                                              unsigned *tries);
 
+/* The ee secrets of an array by domain (a hash of the lowercased domain, sorted), so that
+ * tls-sni-check finds a hello's candidates without walking every secret: with thousands of
+ * users on their own domains the walk, not the one HMAC, was the cost. */
+struct faketls_sni_index {
+    uint64_t *e; /* hash << 32 | secret index, sorted */
+    size_t n;
+};
+
+/* Builds x over secrets[0..n) (only ee ones). Returns 0, or -1 (out of memory; x empty). */
+int faketls_sni_index_build(struct faketls_sni_index *x, const struct secret *secrets, size_t n);
+void faketls_sni_index_free(struct faketls_sni_index *x);
+
+/* faketls_hello_verify_sni with sni_only on, trying only the secrets x lists for the SNI names
+ * the hello carries (x built over the same secrets). */
+enum faketls_verify faketls_hello_verify_index(const uint8_t *buf, const struct faketls_hello *h,
+                                               const struct secret *secrets,
+                                               const struct faketls_sni_index *x, int64_t now,
+                                               const struct faketls_time *tp,
+                                               struct faketls_match *m, unsigned *tries);
+
 /* Name of a verify result for logs ("ok", "bad-mac", "stale", "future"). */
 const char *faketls_verify_name(enum faketls_verify v);
 

@@ -10,6 +10,7 @@
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
 #include "proxy/options.h"
+#include "proto/faketls.h"
 #include "proxy/users.h"
 
 /*
@@ -45,6 +46,7 @@ struct gen {
     uint32_t *uid;                  /* per secret index: its user's id */
     const struct user_limit **lim;  /* per secret index: its limit line, or NULL */
     uint8_t *live;                  /* per user id < nusers: 1 if the user is configured here */
+    struct faketls_sni_index sni;   /* the ee secrets by domain (tls-sni-check) */
     uint32_t nusers;
     int state_secret;               /* the secret is the generated one from state-file */
     const struct reload *r;

@@ -2,6 +2,7 @@
 #include "proto/faketls.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "crypto/crypto.h"
@@ -406,21 +407,52 @@ enum faketls_verify faketls_hello_verify(const uint8_t *buf, const struct faketl
     return faketls_hello_verify_sni(buf, h, secrets, nsecrets, now, tp, 0, m, NULL);
 }
 
+/* Starts a verification: no match yet, no HMAC yet; returns the number of signed spans. */
+static size_t verify_begin(const uint8_t *buf, const struct faketls_hello *h, uint8_t *hdr,
+                           struct crypto_span *spans, struct faketls_match *m, unsigned *tries) {
+    if (tries)
+        *tries = 0;
+    m->secret_index = -1;
+    m->timestamp = 0;
+    m->skew = 0;
+    return hello_spans(buf, h, hdr, spans);
+}
+
+/* Tries secret i against the hello (spans: the signed bytes). Returns BAD_MAC if its MAC
+ * does not match, else the verdict (OK, STALE or FUTURE) with *m filled. */
+static enum faketls_verify try_secret(const struct secret *s, size_t i, const struct faketls_hello *h,
+                      const struct crypto_span *spans, size_t n, int64_t now,
+                      const struct faketls_time *tp, struct faketls_match *m, unsigned *tries) {
+    uint8_t mac[CRYPTO_SHA256_LEN];
+    const uint8_t *rnd = h->client.random;
+    if (tries)
+        (*tries)++;
+    crypto_hmac_sha256_spans(s->key, SECRET_KEY_LEN, spans, n, mac);
+    if (!crypto_memeq(mac, rnd, FAKETLS_RANDOM_LEN - 4))
+        return FAKETLS_VERIFY_BAD_MAC;
+    uint8_t t[4];
+    for (int j = 0; j < 4; j++)
+        t[j] = mac[FAKETLS_RANDOM_LEN - 4 + j] ^ rnd[FAKETLS_RANDOM_LEN - 4 + j];
+    m->secret_index = (int)i;
+    m->timestamp = load_le32(t);
+    m->skew = now - (int64_t)m->timestamp;
+    if (tp && !tp->ignore_time) {
+        if (m->skew > (int64_t)tp->allowed_past)
+            return FAKETLS_VERIFY_STALE;
+        if (-m->skew > (int64_t)tp->allowed_future)
+            return FAKETLS_VERIFY_FUTURE;
+    }
+    return FAKETLS_VERIFY_OK;
+}
+
 enum faketls_verify faketls_hello_verify_sni(const uint8_t *buf, const struct faketls_hello *h,
                                              const struct secret *secrets, size_t nsecrets,
                                              int64_t now, const struct faketls_time *tp,
                                              int sni_only, struct faketls_match *m,
                                              unsigned *tries) {
-    if (tries)
-        *tries = 0;
     struct crypto_span spans[VERIFY_SPANS_MAX];
-    uint8_t hdr[FAKETLS_RECORD_HDR_LEN], mac[CRYPTO_SHA256_LEN];
-    const uint8_t *rnd = h->client.random;
-    size_t n = hello_spans(buf, h, hdr, spans);
-
-    m->secret_index = -1;
-    m->timestamp = 0;
-    m->skew = 0;
+    uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
+    size_t n = verify_begin(buf, h, hdr, spans, m, tries);
     for (size_t i = 0; i < nsecrets; i++) {
         if (secrets[i].kind != SECRET_EE)
             continue;
@@ -428,24 +460,76 @@ enum faketls_verify faketls_hello_verify_sni(const uint8_t *buf, const struct fa
          * accepted: it costs no HMAC (a probe naming none of our domains costs none). */
         if (sni_only && !faketls_hello_has_sni(h, secrets[i].domain))
             continue;
-        if (tries)
-            (*tries)++;
-        crypto_hmac_sha256_spans(secrets[i].key, SECRET_KEY_LEN, spans, n, mac);
-        if (!crypto_memeq(mac, rnd, FAKETLS_RANDOM_LEN - 4))
-            continue;
-        uint8_t t[4];
-        for (int j = 0; j < 4; j++)
-            t[j] = mac[FAKETLS_RANDOM_LEN - 4 + j] ^ rnd[FAKETLS_RANDOM_LEN - 4 + j];
-        m->secret_index = (int)i;
-        m->timestamp = load_le32(t);
-        m->skew = now - (int64_t)m->timestamp;
-        if (tp && !tp->ignore_time) {
-            if (m->skew > (int64_t)tp->allowed_past)
-                return FAKETLS_VERIFY_STALE;
-            if (-m->skew > (int64_t)tp->allowed_future)
-                return FAKETLS_VERIFY_FUTURE;
+        enum faketls_verify v = try_secret(&secrets[i], i, h, spans, n, now, tp, m, tries);
+        if (v != FAKETLS_VERIFY_BAD_MAC)
+            return v;
+    }
+    return FAKETLS_VERIFY_BAD_MAC;
+}
+
+/* FNV-1a of a domain, lowercased (SNI comparison ignores ASCII case). */
+static uint32_t domain_hash(const char *d) {
+    uint32_t x = 2166136261u;
+    for (; *d; d++)
+        x = (x ^ (uint8_t)(*d >= 'A' && *d <= 'Z' ? *d | 0x20 : *d)) * 16777619u;
+    return x;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int faketls_sni_index_build(struct faketls_sni_index *x, const struct secret *secrets,
+                            size_t n) {
+    x->e = NULL;
+    x->n = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += secrets[i].kind == SECRET_EE;
+    if (!k)
+        return 0;
+    if (!(x->e = malloc(k * sizeof *x->e)))
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (secrets[i].kind == SECRET_EE)
+            x->e[x->n++] = (uint64_t)domain_hash(secrets[i].domain) << 32 | (uint32_t)i;
+    qsort(x->e, x->n, sizeof *x->e, cmp_u64);
+    return 0;
+}
+
+void faketls_sni_index_free(struct faketls_sni_index *x) {
+    free(x->e);
+    x->e = NULL;
+    x->n = 0;
+}
+
+enum faketls_verify faketls_hello_verify_index(const uint8_t *buf, const struct faketls_hello *h,
+                                               const struct secret *secrets,
+                                               const struct faketls_sni_index *x, int64_t now,
+                                               const struct faketls_time *tp,
+                                               struct faketls_match *m, unsigned *tries) {
+    struct crypto_span spans[VERIFY_SPANS_MAX];
+    uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
+    size_t n = verify_begin(buf, h, hdr, spans, m, tries);
+    for (unsigned s = 0; s < h->nsni; s++) {
+        uint64_t key = (uint64_t)domain_hash(h->sni[s]) << 32;
+        size_t lo = 0, hi = x->n; /* first entry >= key */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (x->e[mid] < key)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
-        return FAKETLS_VERIFY_OK;
+        for (; lo < x->n && (x->e[lo] >> 32) == (key >> 32); lo++) {
+            size_t i = (size_t)(x->e[lo] & 0xffffffffu);
+            if (!faketls_hello_has_sni(h, secrets[i].domain)) /* a hash collision */
+                continue;
+            enum faketls_verify v = try_secret(&secrets[i], i, h, spans, n, now, tp, m, tries);
+            if (v != FAKETLS_VERIFY_BAD_MAC)
+                return v;
+        }
     }
     return FAKETLS_VERIFY_BAD_MAC;
 }

@@ -963,8 +963,13 @@ static void tls_hello_check(struct conn *c)
     size_t first = c->rs_verdict ? c->secret_idx : 0; /* after the store: that secret only */
     size_t count = c->rs_verdict ? 1 : (size_t)o->nsecrets;
     unsigned tries = 0;
-    enum faketls_verify v = faketls_hello_verify_sni(c->hbuf, &h, o->secrets + first, count, now,
-                                                     &tp, o->tls_sni_check, &m, &tries);
+    /* With tls-sni-check, the hello's candidates come from the generation's domain index. */
+    enum faketls_verify v =
+        o->tls_sni_check && !c->rs_verdict
+            ? faketls_hello_verify_index(c->hbuf, &h, o->secrets, &c->gen->sni, now, &tp, &m,
+                                         &tries)
+            : faketls_hello_verify_sni(c->hbuf, &h, o->secrets + first, count, now, &tp,
+                                       o->tls_sni_check, &m, &tries);
     STAT_ADD(&pw->stats.tls_hmacs, tries);
     if (v == FAKETLS_VERIFY_OK)
         m.secret_index += (int)first;

@@ -30,6 +30,7 @@ static void gen_free(struct gen *g)
             if (g->hook_data[i] && g->r->hooks[i]->free)
                 g->r->hooks[i]->free(g->hook_data[i]);
     acl_free(&g->acl);
+    faketls_sni_index_free(&g->sni);
     options_free(&g->opt);
     free(g->uid);
     free(g->lim);
@@ -93,7 +94,8 @@ int gen_map_users(struct gen *g)
         return -1;
     for (int i = 0; i < o->nsecrets; i++)
         g->live[g->uid[i]] = 1;
-    return 0;
+    faketls_sni_index_free(&g->sni);
+    return faketls_sni_index_build(&g->sni, o->secrets, (size_t)o->nsecrets);
 }
 
 struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs)

@@ -696,6 +696,66 @@ static void expect_ok(const char *after_random, struct faketls_hello *h) {
 #define SV13 "002b0003020304"
 #define Z16 "00000000000000000000000000000000"
 
+/* The domain index finds the same secret as walking the list with the SNI check, with one
+ * HMAC for a hello naming a domain of one user among many, none for a foreign domain, and
+ * case-insensitively. */
+static void test_sni_index(void **state) {
+    (void)state;
+    enum { N = 500 };
+    struct secret *list = calloc(N, sizeof *list);
+    for (int i = 0; i < N; i++) {
+        char key[33];
+        snprintf(key, sizeof key, "%032x", i + 1);
+        list[i] = ee_secret(key);
+        snprintf(list[i].domain, sizeof list[i].domain, "u%d.example.net", i / 2);
+    }
+    list[7].kind = SECRET_DD; /* not ee: never in the index */
+    struct faketls_sni_index x;
+    assert_int_equal(faketls_sni_index_build(&x, list, N), 0);
+    assert_int_equal(x.n, N - 1);
+    const uint32_t now = 1780000000;
+    uint8_t wire[4096];
+    srand(7);
+    static const int who[] = {0, 1, 201, 499, 6};
+    for (size_t k = 0; k < sizeof who / sizeof who[0]; k++) {
+        int i = who[k];
+        char sni[64];
+        snprintf(sni, sizeof sni, k == 2 ? "U%d.EXAMPLE.net" : "u%d.example.net", i / 2);
+        size_t n = build_td_hello(wire, list[i].key, now, sni, 0x01, 0);
+        struct faketls_hello h;
+        assert_int_equal(faketls_hello_parse(wire, n, &h), FAKETLS_OK);
+        struct faketls_match m1, m2;
+        unsigned t1 = 0, t2 = 0;
+        assert_int_equal(faketls_hello_verify_sni(wire, &h, list, N, now, &window_5s, 1, &m1, &t1),
+                         FAKETLS_VERIFY_OK);
+        assert_int_equal(faketls_hello_verify_index(wire, &h, list, &x, now, &window_5s, &m2, &t2),
+                         FAKETLS_VERIFY_OK);
+        assert_int_equal(m1.secret_index, i);
+        assert_int_equal(m2.secret_index, i);
+        assert_true(t2 <= 2 && t2 == t1);
+    }
+    /* the dd secret's domain (u3) still finds its ee neighbour only; a foreign domain: none */
+    size_t n = build_td_hello(wire, list[7].key, now, "u3.example.net", 0x01, 0);
+    struct faketls_hello h;
+    struct faketls_match m;
+    unsigned t = 0;
+    assert_int_equal(faketls_hello_parse(wire, n, &h), FAKETLS_OK);
+    assert_int_equal(faketls_hello_verify_index(wire, &h, list, &x, now, &window_5s, &m, &t),
+                     FAKETLS_VERIFY_BAD_MAC);
+    assert_int_equal(t, 1);
+    n = build_td_hello(wire, list[9].key, now, "elsewhere.example.org", 0x01, 0);
+    assert_int_equal(faketls_hello_parse(wire, n, &h), FAKETLS_OK);
+    assert_int_equal(faketls_hello_verify_index(wire, &h, list, &x, now, &window_5s, &m, &t),
+                     FAKETLS_VERIFY_BAD_MAC);
+    assert_int_equal(t, 0);
+    faketls_sni_index_free(&x);
+    struct faketls_sni_index empty;
+    assert_int_equal(faketls_sni_index_build(&empty, list, 0), 0);
+    assert_int_equal(faketls_hello_verify_index(wire, &h, list, &empty, now, NULL, &m, &t),
+                     FAKETLS_VERIFY_BAD_MAC);
+    free(list);
+}
+
 static void test_field_rules(void **state) {
     (void)state;
     struct faketls_hello h;
@@ -1227,6 +1287,7 @@ int main(void) {
         cmocka_unit_test(test_two_records),
         cmocka_unit_test(test_fragment_rules),
         cmocka_unit_test(test_large_td_hello),
+        cmocka_unit_test(test_sni_index),
         cmocka_unit_test(test_field_rules),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_server_hello),
