@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/shared64.h"
+
 #include "core/sock.h"
 #include "core/stat.h"
 #include "proto/secret.h"
@@ -84,9 +86,9 @@ struct user_ips;
 struct user_shared {
     char name[SECRET_NAME_MAX];
     _Atomic uint32_t active;     /* connections holding a conns slot, whole process */
-    _Atomic uint64_t used;       /* quota bytes used (loaded from / saved to the state file) */
-    _Atomic uint64_t tat[2];     /* rate: theoretical arrival time per direction, in us */
-    _Atomic int64_t last_log;    /* refusal log: the minute of the last line */
+    shared64 used;               /* quota bytes used (loaded from / saved to the state file) */
+    shared64 tat[2];             /* rate: theoretical arrival time per direction, in us */
+    _Atomic uint32_t last_log;   /* refusal log: the minute of the last line (0 = never) */
     struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */
 };
 

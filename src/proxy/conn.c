@@ -1429,7 +1429,7 @@ static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
         if (!l || c->uid < 0)
             continue;
         struct user_shared *us = users_shared(pw->users, (uint32_t)c->uid);
-        if ((l->quota && atomic_load_explicit(&us->used, memory_order_relaxed) >= l->quota) ||
+        if ((l->quota && shared64_load(&us->used) >= l->quota) ||
             (l->expires && now >= (double)l->expires))
             conn_close(c, CR_LIMIT);
     }

@@ -343,7 +343,7 @@ void users_stats_sum(const struct users *u, uint32_t id, struct user_totals *out
         for (int r = 0; r < UR_COUNT; r++)
             out->refused[r] += STAT_GET(&s->refused[r]);
     }
-    out->quota_used = atomic_load_explicit(&users_shared(u, id)->used, memory_order_relaxed);
+    out->quota_used = shared64_load(&users_shared(u, id)->used);
 }
 
 /* --- limits -------------------------------------------------------------------------------- */
@@ -448,7 +448,7 @@ int users_admit(const struct users *u, uint32_t id, const struct user_limit *lim
     struct user_shared *s = users_shared(u, id);
     if (lim && lim->expires && now >= (double)lim->expires)
         return UR_EXPIRED;
-    if (lim && lim->quota && atomic_load_explicit(&s->used, memory_order_relaxed) >= lim->quota)
+    if (lim && lim->quota && shared64_load(&s->used) >= lim->quota)
         return UR_QUOTA;
     uint32_t a = atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
     if (lim && lim->conns && a >= lim->conns) {
@@ -473,30 +473,29 @@ void users_release(const struct users *u, uint32_t id, const struct sock_addr *a
 int users_charge(const struct users *u, uint32_t id, uint64_t quota, uint64_t n)
 {
     struct user_shared *s = users_shared(u, id);
-    uint64_t used = atomic_fetch_add_explicit(&s->used, n, memory_order_relaxed) + n;
+    uint64_t used = shared64_fetch_add(&s->used, n) + n;
     return quota && used >= quota;
 }
 
 double users_rate_take(const struct users *u, uint32_t id, int dir, uint64_t rate,
                        uint64_t burst, uint64_t n, double now)
 {
-    _Atomic uint64_t *tat = &users_shared(u, id)->tat[dir & 1];
+    shared64 *tat = &users_shared(u, id)->tat[dir & 1];
     uint64_t now_us = (uint64_t)(now * 1e6);
     uint64_t cost = (uint64_t)((double)n * 1e6 / (double)rate);
-    uint64_t old = atomic_load_explicit(tat, memory_order_relaxed), nt;
+    uint64_t old = shared64_load(tat), nt;
     do {
         nt = (old > now_us ? old : now_us) + cost;
-    } while (!atomic_compare_exchange_weak_explicit(tat, &old, nt, memory_order_relaxed,
-                                                    memory_order_relaxed));
+    } while (!shared64_cas(tat, &old, nt));
     uint64_t burst_us = (uint64_t)((double)burst * 1e6 / (double)rate);
     return nt > now_us + burst_us ? (double)(nt - now_us - burst_us) / 1e6 : 0;
 }
 
 int users_log_allowed(const struct users *u, uint32_t id, double now)
 {
-    _Atomic int64_t *l = &users_shared(u, id)->last_log;
-    int64_t minute = (int64_t)(now / 60) + 1; /* 0 = never logged */
-    int64_t old = atomic_load_explicit(l, memory_order_relaxed);
+    _Atomic uint32_t *l = &users_shared(u, id)->last_log;
+    uint32_t minute = (uint32_t)(now / 60) + 1; /* 0 = never logged */
+    uint32_t old = atomic_load_explicit(l, memory_order_relaxed);
     return old != minute && atomic_compare_exchange_strong(l, &old, minute);
 }
 
@@ -507,7 +506,7 @@ long users_state_format(const struct users *u, char **buf, size_t *cap)
     size_t len = 0;
     uint32_t n = users_count(u);
     for (uint32_t id = 0; id < n; id++) {
-        uint64_t used = atomic_load_explicit(&users_shared(u, id)->used, memory_order_relaxed);
+        uint64_t used = shared64_load(&users_shared(u, id)->used);
         if (!used)
             continue;
         if (*cap - len < SECRET_NAME_MAX + 64) {
@@ -557,7 +556,7 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
         snprintf(err, errlen, "quota-used %s: too many users", name);
         return -1;
     }
-    atomic_store(&users_shared(u, (uint32_t)id)->used, v);
+    shared64_store(&users_shared(u, (uint32_t)id)->used, v);
     return 0;
 }
 
