@@ -129,6 +129,7 @@ struct totals {
     uint64_t pool[4], arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent,
         pipes_idle, pipes_max;
     uint64_t http[5]; /* the servers' metrics_stats, in their order */
+    uint64_t pool_ready;
 };
 
 static void totals_collect(const struct metrics_shared *ms, struct totals *t)
@@ -141,6 +142,7 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
         t->pool[1] += STAT_GET(&pw->dcpool.stats.claims);
         t->pool[2] += STAT_GET(&pw->dcpool.stats.dropped);
         t->pool[3] += STAT_GET(&pw->dcpool.stats.failures);
+        t->pool_ready += STAT_GET(&pw->dcpool.stats.ready);
         t->arena_in_use += GAUGE(&pw->arena.in_use);
         t->arena_alloc += GAUGE(&pw->arena.allocated);
         t->arena_max += GAUGE(&pw->arena.max_blocks);
@@ -344,6 +346,8 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
         u64(e, "dc_pool_total", "event", pool_ev[i], NULL, NULL, t->pool[i]);
     single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
            (uint64_t)o->dc_pool);
+    single(e, "dc_pool_ready", "gauge", "Pre-connected DC sockets ready for a client now "
+           "(all workers and DCs).", t->pool_ready);
 
     emit_users(g, e);
 
