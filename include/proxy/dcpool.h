@@ -40,6 +40,7 @@ struct dcpool_stats {
     stat_t claims;    /* handed to a client */
     stat_t dropped;   /* ready sockets the DC closed (replaced) */
     stat_t failures;  /* connect attempts that failed */
+    stat_t ready;     /* gauge: connected idle sockets waiting for a client now */
 };
 
 /* All pools of one worker. */

@@ -76,7 +76,8 @@ setup() {
     debs=$sysroot.debs
     rm -rf "$sysroot" "$debs"
     mkdir -p "$sysroot" "$debs"
-    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev libqrencode4 libqrencode-dev
+    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev zlib1g zlib1g-dev \
+        libqrencode4 libqrencode-dev
     pkgs=''
     for p in "$@"; do pkgs="$pkgs $p:$arch"; done
     sandbox=''

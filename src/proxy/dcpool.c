@@ -24,6 +24,8 @@ static void slot_clear(struct dcpool_slot *sl)
     if (sl->fd >= 0)
         close(sl->fd);
     sl->fd = -1;
+    if (sl->ready)
+        STAT_DEC(&sl->pool->set->stats.ready);
     sl->ready = 0;
 }
 
@@ -88,6 +90,7 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
             }
         }
         sl->ready = 1;
+        STAT_INC(&p->set->stats.ready);
         sl->born = ev_now(loop);
         p->fails = 0;
         STAT_INC(&p->set->stats.connects);

@@ -128,7 +128,8 @@ struct totals {
     struct proxy_stats s;
     uint64_t pool[4], arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent,
         pipes_idle, pipes_max;
-    struct metrics_stats http;
+    uint64_t http[5]; /* the servers' metrics_stats, in their order */
+    uint64_t pool_ready;
 };
 
 static void totals_collect(const struct metrics_shared *ms, struct totals *t)
@@ -141,6 +142,7 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
         t->pool[1] += STAT_GET(&pw->dcpool.stats.claims);
         t->pool[2] += STAT_GET(&pw->dcpool.stats.dropped);
         t->pool[3] += STAT_GET(&pw->dcpool.stats.failures);
+        t->pool_ready += STAT_GET(&pw->dcpool.stats.ready);
         t->arena_in_use += GAUGE(&pw->arena.in_use);
         t->arena_alloc += GAUGE(&pw->arena.allocated);
         t->arena_max += GAUGE(&pw->arena.max_blocks);
@@ -150,11 +152,11 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
         t->pipes_max += (uint64_t)pw->pipes_cap;
         if (ms->mws) {
             const struct metrics_stats *h = &ms->mws[i].stats;
-            t->http.requests += STAT_GET(&h->requests);
-            t->http.bad_requests += STAT_GET(&h->bad_requests);
-            t->http.unauthorized += STAT_GET(&h->unauthorized);
-            t->http.evicted += STAT_GET(&h->evicted);
-            t->http.timeouts += STAT_GET(&h->timeouts);
+            t->http[0] += STAT_GET(&h->requests);
+            t->http[1] += STAT_GET(&h->bad_requests);
+            t->http[2] += STAT_GET(&h->unauthorized);
+            t->http[3] += STAT_GET(&h->evicted);
+            t->http[4] += STAT_GET(&h->timeouts);
         }
     }
 }
@@ -344,6 +346,8 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
         u64(e, "dc_pool_total", "event", pool_ev[i], NULL, NULL, t->pool[i]);
     single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
            (uint64_t)o->dc_pool);
+    single(e, "dc_pool_ready", "gauge", "Pre-connected DC sockets ready for a client now "
+           "(all workers and DCs).", t->pool_ready);
 
     emit_users(g, e);
 
@@ -435,11 +439,10 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
 
     family(e, "http_requests_total", "counter",
            "Metrics server requests by outcome (answered, bad, unauthorized, evicted, timeout).");
-    u64(e, "http_requests_total", "outcome", "answered", NULL, NULL, t->http.requests);
-    u64(e, "http_requests_total", "outcome", "bad", NULL, NULL, t->http.bad_requests);
-    u64(e, "http_requests_total", "outcome", "unauthorized", NULL, NULL, t->http.unauthorized);
-    u64(e, "http_requests_total", "outcome", "evicted", NULL, NULL, t->http.evicted);
-    u64(e, "http_requests_total", "outcome", "timeout", NULL, NULL, t->http.timeouts);
+    static const char *const outcome[5] = {"answered", "bad", "unauthorized", "evicted",
+                                           "timeout"};
+    for (int i = 0; i < 5; i++)
+        u64(e, "http_requests_total", "outcome", outcome[i], NULL, NULL, t->http[i]);
 }
 
 int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen *g,

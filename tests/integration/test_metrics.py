@@ -675,3 +675,16 @@ def test_doctor_proxy_config_freshness(bins, tmp_path):
     conf.write_text("proxy_for 2 nonsense;\n")
     rc, lines, out = doctor(bins, tmp_path, good, "--offline")
     assert rc == 1 and "FAIL" in str(lines.get("proxy-config") or lines.get("config")), out
+
+
+def test_dc_pool_ready_gauge(procs):
+    """dc-pool 2, 6 DC ids, 2 workers: 24 pre-connected sockets; one claimed is replaced."""
+    env = Env(procs, extra=["--dc-pool", "2"])
+    def ready():
+        return samples(http_get(env.mport, "/metrics")[2].decode())[
+            ("mtproxy_dc_pool_ready", frozenset())]
+    assert wait_until(lambda: ready() == 24, 10), ready()
+    assert_ok(env.client("alice", "ef", 1000, 1000))
+    smp = samples(http_get(env.mport, "/metrics")[2].decode())
+    assert val(smp, "mtproxy_dc_pool_total", event="claim") == 1
+    assert wait_until(lambda: ready() == 24, 10), ready()
