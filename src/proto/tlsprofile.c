@@ -398,8 +398,8 @@ size_t tlsprofile_format(const struct tlsprofile *p, char *out, size_t cap)
 
 /* Reads unsigned numbers (base 10 or 16) separated by spaces from s; "a/b" pairs fill lo and
  * hi (a lone number fills both). Returns the count, or -1 on a malformed or too large one. */
-static int read_numbers(const char *s, int base, unsigned long max, unsigned long *lo,
-                        unsigned long *hi, int nmax)
+static int read_numbers(const char *s, int base, unsigned long long max,
+                        unsigned long long *lo, unsigned long long *hi, int nmax)
 {
     int n = 0;
     while (*s) {
@@ -411,12 +411,12 @@ static int read_numbers(const char *s, int base, unsigned long max, unsigned lon
                                       : *s >= '0' && *s <= '9'))
             return -1;
         char *e;
-        unsigned long a = strtoul(s, &e, base), b = a;
+        unsigned long long a = strtoull(s, &e, base), b = a;
         if (*e == '/' && hi) {
             const char *q = e + 1;
             if (!(*q >= '0' && *q <= '9'))
                 return -1;
-            b = strtoul(q, &e, base);
+            b = strtoull(q, &e, base);
         }
         if ((*e && *e != ' ' && *e != '\t') || a > max || b > max || b < a)
             return -1;
@@ -454,7 +454,7 @@ enum faketls_status tlsprofile_parse_text(const char *buf, size_t len, struct tl
             *v++ = '\0';
         else
             v = line + ll; /* a key alone: an empty value (extensions with none) */
-        unsigned long lo[TLSPROFILE_MAX_RECORDS], hi[TLSPROFILE_MAX_RECORDS];
+        unsigned long long lo[TLSPROFILE_MAX_RECORDS], hi[TLSPROFILE_MAX_RECORDS];
         int n;
         if (!strcmp(line, "host")) {
             size_t hl = strlen(v);
@@ -466,7 +466,7 @@ enum faketls_status tlsprofile_parse_text(const char *buf, size_t len, struct tl
             memcpy(p->host, v, hl + 1);
             have_host = 1;
         } else if (!strcmp(line, "learned")) {
-            if (read_numbers(v, 10, 0xffffffffffUL, lo, NULL, 1) != 1)
+            if (read_numbers(v, 10, 0xffffffffffULL, lo, NULL, 1) != 1)
                 return FAKETLS_BAD;
             p->learned = (int64_t)lo[0];
         } else if (!strcmp(line, "version") || !strcmp(line, "cipher")) {
