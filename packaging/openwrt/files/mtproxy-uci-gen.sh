@@ -46,6 +46,14 @@ replay_cache:size:1M
 log_level:word:
 log:log:
 state_file:path:/etc/mtproxy/mtproxy.state
+ad_tag:host:
+proxy_secret_file:path:
+proxy_config_file:path:
+me_pool:uint:
+me_client_buffer:size:
+me_request_buffer:size:
+me_link_buffer:size:
+me_ping_interval:duration:
 '
 
 mtproxy_uci_errors=0
