@@ -3,7 +3,7 @@
 #
 # Usage: packaging/cross/run.sh ARCH...        (ARCH: armhf, mipsel, arm64, s390x)
 # Per ARCH: installs what is missing (as root, apt-get: the cross gcc, qemu-user-static), unpacks
-# Debian's ARCH packages of libev, OpenSSL and cmocka into build-ARCH/sysroot (dpkg -x: no
+# Debian's ARCH packages of libev, OpenSSL, zlib and cmocka into build-ARCH/sysroot (dpkg -x: no
 # multiarch co-installation, so the host's libssl-dev version need not match the target's),
 # builds into build-ARCH, runs ctest there (CMAKE_CROSSCOMPILING_EMULATOR runs each test binary
 # through qemu; the Python integration harness prefixes MTPROXY_EMULATOR) and prints a summary:
@@ -67,7 +67,15 @@ setup() {
     if [ -n "$need" ]; then
         apt_install "$need" || return 1
     fi
-    [ -f "$sysroot/.complete" ] && return 0
+    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev zlib1g zlib1g-dev \
+        libqrencode4 libqrencode-dev
+    # A sysroot unpacked earlier is reused if it holds every package named here.
+    if [ -f "$sysroot/.complete" ]; then
+        missing=''
+        for p in "$@"; do grep -q "^${p}_" "$sysroot/.complete" || missing="$missing $p"; done
+        [ -z "$missing" ] && return 0
+        log "sysroot lacks:$missing: unpacking again"
+    fi
 
     if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
         as_root dpkg --add-architecture "$arch" || return 1
@@ -76,8 +84,6 @@ setup() {
     debs=$sysroot.debs
     rm -rf "$sysroot" "$debs"
     mkdir -p "$sysroot" "$debs"
-    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev zlib1g zlib1g-dev \
-        libqrencode4 libqrencode-dev
     pkgs=''
     for p in "$@"; do pkgs="$pkgs $p:$arch"; done
     sandbox=''

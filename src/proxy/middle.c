@@ -553,8 +553,8 @@ static int link_nonce(struct me_link *l, const struct rpc_frame *f)
     uint16_t pid = (uint16_t)getpid();
     l->pid[6] = (uint8_t)pid;
     l->pid[7] = (uint8_t)(pid >> 8);
-    uint32_t ut = l->nonce.ts;
-    memcpy(l->pid + 8, &ut, 4);
+    for (int i = 0; i < 4; i++) /* start time, u32 LE like every field */
+        l->pid[8 + i] = (uint8_t)(l->nonce.ts >> (8 * i));
     uint8_t peer[RPC_PID_LEN], hs[RPC_HANDSHAKE_LEN];
     memset(peer, 0, sizeof peer);
     if (!l->srv.v6)

@@ -47,6 +47,14 @@ log_level:word:
 log:log:
 metrics:listen:
 state_file:path:/etc/mtproxy/mtproxy.state
+ad_tag:host:
+proxy_secret_file:path:
+proxy_config_file:path:
+me_pool:uint:
+me_client_buffer:size:
+me_request_buffer:size:
+me_link_buffer:size:
+me_ping_interval:duration:
 '
 
 mtproxy_uci_errors=0
