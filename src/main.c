@@ -322,7 +322,7 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              G(block_waits), fd_limit, pauses);
     log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu", G(user_refused),
              G(acc_rate), G(handshake_cap));
-    log_info("stats: relay ctr_parked %llu", G(ctr_parked));
+    log_info("stats: relay ctr_parked %llu wide_reads %llu", G(ctr_parked), G(wide_reads));
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu",
              G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),

@@ -25,3 +25,23 @@ def test_idle_ciphers_parked_then_resumed(procs, fast):
         assert res["up_total"] == res["down_total"] == 256 * KB, res
         assert env.dc.wait_line(rf"^DONE listener=2 up_ok={256 * KB} mismatch=none$", 5, mark)
         assert stats(env.proxy)["ctr_parked"] > before, name
+
+
+@pytest.mark.parametrize("relay", ["fast-splice", "fast-copy", "nofast-copy"])
+def test_wide_reads_every_byte(procs, relay):
+    # A bulk upload (and, without fast mode, download) is read up to 4 blocks at a time once
+    # reads come back full; every byte must still arrive in order, for each kind, also past
+    # short writes toward a slow reader.
+    from test_fastpath import RELAY
+    env = FastEnv(procs, RELAY[relay])
+    for name, secret, tag in env.kinds():
+        before = stats(env.proxy)["wide_reads"]
+        mark = env.dc.mark()
+        res = env.client(tag, 2, 6 * MB, 2 * MB, "--expect-id", 2, secret=secret)
+        assert_ok(res)
+        assert res["up_total"] == 6 * MB and res["down_total"] == 2 * MB, res
+        res = env.client(tag, 3, 2 * MB, 2 * MB, "--slow-read", 4 * MB, secret=secret)
+        assert_ok(res)
+        assert env.dc.wait_line(rf"^DONE listener=2 up_ok={6 * MB} mismatch=none$", 5, mark)
+        assert env.dc.wait_line(rf"^DONE listener=3 up_ok={2 * MB} mismatch=none$", 5, mark)
+        assert stats(env.proxy)["wide_reads"] > before, (name, relay)
