@@ -326,6 +326,12 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              G(acc_rate), G(handshake_cap));
     log_info("stats: relay ctr_parked %llu wide_reads %llu busy_hits %llu busy_misses %llu",
              G(ctr_parked), G(wide_reads), busy[0], busy[1]);
+    char acc[256];
+    size_t alen = 0;
+    for (int i = 0; i < n && alen < sizeof acc - 32; i++) /* how evenly SO_REUSEPORT spreads */
+        alen += (size_t)snprintf(acc + alen, sizeof acc - alen, " w%d %llu", i,
+                                 (unsigned long long)STAT_GET(&pws[i].stats.accepted));
+    log_info("stats: accepted per worker:%s", acc);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu",
              G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),
