@@ -110,6 +110,8 @@ struct opts {
     const char *label;
     double pre_wait;
     double settle; /* seconds between set-up and the ready RSS / the timed window */
+    int direct;    /* clients dial the DC sink themselves (no proxy: the baseline) */
+    const char *lat_file; /* round-trip percentiles p50 p99 p999 (us) and count go here */
     int concurrency;
     int quiet;
 };
@@ -336,7 +338,8 @@ static void client_start(int idx)
     set_nb(fd);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o.proxy_port)};
+    int port = o.direct ? o.dc_port : o.proxy_port;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     struct ep *e = ep_new(fd, 0);
     e->idx = idx;
@@ -368,7 +371,7 @@ static void client_send_header(struct ep *e)
     struct obfs2_keys k;
     if (obfs2_build(plain, o.tag, 2, NULL) != 0)
         die("obfs2_build");
-    obfs2_derive(plain, o.secret.key, &k);
+    obfs2_derive(plain, o.direct ? NULL : o.secret.key, &k); /* direct: as the proxy would */
     crypto_ctr_init(e->enc, k.fwd.key, k.fwd.iv);
     crypto_ctr_init(e->dec, k.rev.key, k.rev.iv);
     obfs2_seal(plain, e->enc, wire);
@@ -960,7 +963,7 @@ static void usage(void)
             "  [--workload bulk-down|bulk-up|mtu|mtu-up|small|trickle|idle|handshake]\n"
             "  [--conns N] [--seconds S] [--window W] [--interval-ms MS] [--msg-size B]\n"
             "  [--proxy-pid PID | --proxy-pidfile F] [--proxy-log F] [--csv F] [--label S]\n"
-            "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet]\n"
+            "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet] [--direct] [--lat-file F]\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
             "plain secret, dd the dd tag on a dd secret, tls FakeTLS on an ee secret (dd inside).\n"
             "Holding N connections takes 2N descriptors here (N clients + N DC sides).\n");
@@ -1021,6 +1024,10 @@ int main(int argc, char **argv)
             o.pre_wait = atof(v);
         else if (ARG("--settle"))
             o.settle = atof(v);
+        else if (ARG("--lat-file"))
+            o.lat_file = v;
+        else if (strcmp(a, "--direct") == 0)
+            o.direct = 1;
         else if (ARG("--concurrency"))
             o.concurrency = atoi(v);
         else if (strcmp(a, "--quiet") == 0)
@@ -1209,6 +1216,14 @@ int main(int argc, char **argv)
     if (conn_lat_n)
         qsort(conn_lat, conn_lat_n, sizeof *conn_lat, cmp_u64);
     double hps = o.wl == WL_HS ? (double)hs_done / secs : 0;
+    if (o.lat_file) {
+        FILE *f = fopen(o.lat_file, "w");
+        if (f) {
+            fprintf(f, "%.1f %.1f %.1f %zu\n", pct_us(lat, lat_n, 0.5), pct_us(lat, lat_n, 0.99),
+                    pct_us(lat, lat_n, 0.999), lat_n);
+            fclose(f);
+        }
+    }
     char row[1024];
     snprintf(row, sizeof row,
              "%s,%s,%s,%d,%.3f,%llu,%llu,%.1f,%.1f,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,%.3f,%llu,"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/memory.sh: proxy memory (RSS, heap/anon/stack split) per relayed connection.
 #
-#   bench/memory.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N]
+#   bench/memory.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--settle S]
 #                   [--configs "pooled:on per-connection:off ..."]
 #
 # For each config (buffers pooled | per-connection) x (fast-mode on | off), a fresh one-worker
@@ -9,7 +9,9 @@
 # clients: idle (handshake, then hold) for N = 100, 1000, 9000, and active (1000 clients each
 # sending a 200-byte message every 100 ms, echoed by the DC). bench_load reads VmRSS before the
 # first client (the baseline), once every connection is relayed, and (active) during the
-# traffic; --buffer-memory 0 (no cap), so per-connection buffers are measured, not refused;
+# traffic (--settle S: how long after set-up, default 0.3 s; idle connections' cipher contexts
+# are handed back after 1 s idle, so --settle 2.5 measures connections that are really idle);
+# --buffer-memory 0 (no cap), so per-connection buffers are measured, not refused;
 # /proc/PID/smaps gives the [heap] / anonymous / stack split. Writes memory.csv and
 # memory.md into OUT (default bench/results; --quick: BUILD/results-memory-quick, N = 50, 200).
 #
@@ -23,6 +25,7 @@ BUILD="$ROOT/build-bench"
 OUT=""
 QUICK=0
 REPEAT=2
+SETTLE=0.3
 CONFIGS_ARG="" # e.g. "per-connection:on": only these; memory.csv is then appended to
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -30,8 +33,9 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD=$2; shift ;;
     --out) OUT=$2; shift ;;
     --repeat) REPEAT=$2; shift ;;
+    --settle) SETTLE=$2; shift ;;
     --configs) CONFIGS_ARG=$2; shift ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "memory.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -80,7 +84,7 @@ one() { # one CONFIG WORKLOAD N [args]: a fresh proxy, one bench_load run
     start_proxy --buffers "${cfg%%:*}" --fast-mode "${cfg##*:}"
     timeout 300 "$LOAD" --proxy-port $PORT --dc-port $DCPORT --secret "dd$K_DD" --client dd \
         --workload "$wl" --conns "$n" --seconds "$HOLD" --proxy-pid "$PROXY_PID" \
-        --label "buffers=${cfg%%:*} fast=${cfg##*:}" --csv "$CSV" --quiet "$@" ||
+        --label "buffers=${cfg%%:*} fast=${cfg##*:}" --csv "$CSV" --settle "$SETTLE" --quiet "$@" ||
         { echo "memory.sh: run failed: $cfg $wl $n" >&2; FAILED=$((FAILED + 1)); }
     stop_proxy
 }

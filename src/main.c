@@ -303,7 +303,7 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
     memset(&s, 0, sizeof s);
-    unsigned long long fd_limit = 0, pauses = 0, pool[4] = {0};
+    unsigned long long fd_limit = 0, pauses = 0, pool[4] = {0}, busy[2] = {0};
     for (int i = 0; i < n; i++) {
         proxy_stats_add(&s, &pws[i].stats);
         pool[0] += STAT_GET(&pws[i].dcpool.stats.connects);
@@ -311,6 +311,8 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         pool[2] += STAT_GET(&pws[i].dcpool.stats.dropped);
         pool[3] += STAT_GET(&pws[i].dcpool.stats.failures);
         fd_limit += STAT_GET(&ws[i].stats.accept_fd_limit);
+        busy[0] += STAT_GET(&ws[i].stats.busy_hits);
+        busy[1] += STAT_GET(&ws[i].stats.busy_misses);
         pauses += STAT_GET(&ws[i].stats.accept_pauses);
     }
 #define G(f) ((unsigned long long)STAT_GET(&s.f))
@@ -322,7 +324,14 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
              G(block_waits), fd_limit, pauses);
     log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu", G(user_refused),
              G(acc_rate), G(handshake_cap));
-    log_info("stats: relay ctr_parked %llu", G(ctr_parked));
+    log_info("stats: relay ctr_parked %llu wide_reads %llu busy_hits %llu busy_misses %llu",
+             G(ctr_parked), G(wide_reads), busy[0], busy[1]);
+    char acc[256];
+    size_t alen = 0;
+    for (int i = 0; i < n && alen < sizeof acc - 32; i++) /* how evenly SO_REUSEPORT spreads */
+        alen += (size_t)snprintf(acc + alen, sizeof acc - alen, " w%d %llu", i,
+                                 (unsigned long long)STAT_GET(&pws[i].stats.accepted));
+    log_info("stats: accepted per worker:%s", acc);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu unknown_sni %llu",
              G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),
@@ -871,7 +880,10 @@ int main(int argc, char **argv)
         return 1;
 
     tlslearn_start(&learn, ws[0].loop); /* worker 0's loop learns the site's TLS profile */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 0; i < nworkers; i++) {
+        if (ncpu > 1) /* one CPU: spinning would only delay whoever sends the reply */
+            worker_set_busy_poll(&ws[i], (unsigned)opt->busy_poll_us);
         int rc = worker_start(&ws[i]);
         if (rc) {
             log_error("cannot start worker %d: %s", i, strerror(rc));

@@ -37,6 +37,8 @@ struct worker_stats {
     stat_t accept_errors;     /* other than EAGAIN/EINTR/ECONNABORTED */
     stat_t accept_fd_limit;   /* EMFILE / ENFILE hits (at accept or its reserve) */
     stat_t accept_pauses;     /* times accepting paused because the owner said full */
+    stat_t busy_hits;         /* busy-poll: events came while spinning (a sleep saved) */
+    stat_t busy_misses;       /* busy-poll: nothing came; the worker went to sleep */
 };
 
 struct worker {
@@ -61,6 +63,9 @@ struct worker {
     worker_cmd_fn on_cmd;
     void *ctx; /* the owner's per-worker state */
     struct worker_stats stats;
+    unsigned busy_poll_us; /* after the loop ran callbacks, spin this long before sleeping */
+    int ended;             /* the loop was told to end (on_wake) */
+    unsigned long passes;  /* busy poll: loop passes that ran callbacks */
 };
 
 /* Relaxed increment by the owning thread (a plain add, no lock prefix). */
@@ -77,6 +82,12 @@ int worker_add_listener(struct worker *w, int fd);
 
 /* Starts the thread running the loop. Returns 0, or an errno value. */
 int worker_start(struct worker *w);
+
+/* Busy poll: after a pass that ran callbacks, the worker keeps polling its loop without
+ * blocking (epoll_wait with a zero timeout) until us microseconds pass with nothing to do, and
+ * only then sleeps, so an answer arriving soon after is handled without the wake-up of a
+ * halted CPU. Timers may fire up to us late. 0 (the default) = off. Call before start. */
+void worker_set_busy_poll(struct worker *w, unsigned us);
 
 /* Runs the loop in the calling thread until stopped (for tests and single-thread mode). */
 void worker_run(struct worker *w);

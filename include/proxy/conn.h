@@ -116,6 +116,8 @@ struct conn_side {
                                   * source until the pipe drains */
     uint8_t corked;              /* write-batch cork/msg-more: held in the kernel until the timer */
     uint8_t rd_eof;              /* read returned 0 */
+    uint8_t wide;                /* blocks this side's next read may fill (1..RELAY_WIDE_MAX):
+                                  * doubles while reads come back full, 1 after a short one */
     uint8_t wr_shut;             /* shutdown(SHUT_WR) done */
 };
 
@@ -216,6 +218,7 @@ struct proxy_stats {
     stat_t acc_rate;         /* closed at accept: accept-rate from one source reached */
     stat_t handshake_cap;    /* unfinished handshakes closed for max-handshakes */
     stat_t unknown_sni;      /* hellos naming none of our domains, dropped or refused */
+    stat_t wide_reads;       /* relay reads that filled more than one block (readv) */
     stat_t ctr_parked;       /* idle connections whose cipher contexts were handed back */
     stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
                                         * cost; with tls-sni-check only its domain's secrets) */

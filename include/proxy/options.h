@@ -110,6 +110,7 @@ struct options {
     int buffers; /* 0 pooled, 1 per-connection */
 
     int workers; /* 0 = one per core */
+    int busy_poll_us; /* busy-poll: microseconds a worker spins before sleeping (0 = off) */
     char public_host[256];
     int public_port; /* 0 = the first listen port */
 

@@ -2,6 +2,7 @@
 #include "core/worker.h"
 
 #include <errno.h>
+#include <time.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,7 @@ static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
         if (w->on_stop)
             w->on_stop(w);
         ev_async_stop(loop, &w->wake);
+        w->ended = 1;
         ev_break(loop, EVBREAK_ALL);
     }
 }
@@ -147,9 +149,58 @@ int worker_add_listener(struct worker *w, int fd)
     return 0;
 }
 
+void worker_set_busy_poll(struct worker *w, unsigned us)
+{
+    w->busy_poll_us = us;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Invokes the loop's pending callbacks, counting the passes that had any (busy poll). */
+static void invoke_counting(struct ev_loop *loop)
+{
+    struct worker *w = ev_userdata(loop);
+    if (ev_pending_count(loop))
+        w->passes++;
+    ev_invoke_pending(loop);
+}
+
+/* One blocking pass of the loop, then non-blocking passes (epoll_wait with a zero timeout)
+ * until busy_poll_us went by without a callback; only then does it block again. */
+static void run_busy(struct worker *w)
+{
+    uint64_t spin = (uint64_t)w->busy_poll_us * 1000u;
+    ev_set_invoke_pending_cb(w->loop, invoke_counting);
+    while (!w->ended) {
+        ev_run(w->loop, EVRUN_ONCE);
+        uint64_t until = mono_ns() + spin;
+        int hit = 0;
+        while (!w->ended && mono_ns() < until) {
+            unsigned long before = w->passes;
+            ev_run(w->loop, EVRUN_NOWAIT);
+            if (w->passes != before) {
+                hit = 1;
+                until = mono_ns() + spin;
+            }
+        }
+        if (hit)
+            STAT_INC(&w->stats.busy_hits);
+        else
+            STAT_INC(&w->stats.busy_misses);
+    }
+}
+
 void worker_run(struct worker *w)
 {
-    ev_run(w->loop, 0);
+    if (w->busy_poll_us)
+        run_busy(w);
+    else
+        ev_run(w->loop, 0);
 }
 
 static void *thread_main(void *arg)

@@ -1721,6 +1721,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(store_failed);
     ADD(tls_hmacs);
     ADD(ctr_parked);
+    ADD(wide_reads);
     ADD(user_refused);
     ADD(acc_rate);
     ADD(handshake_cap);

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# bench/latency.sh: round-trip latency the proxy adds over a direct connection, with and without
+# busy-poll, and what busy-poll costs in CPU.
+#
+#   bench/latency.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
+#                    [--busy "0 20 50"]
+#
+# bench_load's `small` workload (200-byte messages, one in flight per connection, echoed by its
+# DC sink; every byte checked) with 1 and 64 dd connections: first straight to the sink
+# (--direct: the same tool, same code, no proxy: the baseline), then through a one-worker proxy
+# for each busy-poll value. The proxy is pinned to CPU 0, the load tool (clients and DC) to
+# CPU 1. Per cell: round-trip p50/p99/p999 and, for the proxy, its CPU-seconds per second of the
+# window; then each busy-poll value's CPU with one idle relayed connection (a 3 s window of no
+# traffic). Medians of --repeat runs (default 3, 2 s each), interleaved. Writes latency.csv and
+# latency.md into OUT (default bench/results; --quick: BUILD/results-latency-quick, 1 x 0.3 s).
+# Needs 2 CPUs (it pins); run as root inside its own network namespace, e.g.
+#   unshare -n sh -c 'ip link set lo up; bench/latency.sh'
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD="$ROOT/build-bench"
+OUT=""
+REPEAT=3
+SECONDS_RUN=2
+QUICK=0
+BUSY="0 20 50"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3 ;;
+    --build-dir) BUILD=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    --repeat) REPEAT=$2; shift ;;
+    --seconds) SECONDS_RUN=$2; shift ;;
+    --busy) BUSY=$2; shift ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$QUICK" = 1 ]; then OUT=${OUT:-$BUILD/results-latency-quick}; else OUT=${OUT:-$ROOT/bench/results}; fi
+MTPROXY=$BUILD/mtproxy
+LOAD=$BUILD/bench/bench_load
+for b in "$MTPROXY" "$LOAD"; do
+    [ -x "$b" ] || { echo "latency.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
+done
+[ "$(nproc)" -ge 2 ] || { echo "latency.sh: needs 2 CPUs (proxy and load tool pinned apart)" >&2; exit 77; }
+mkdir -p "$OUT"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init latency
+K=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+CSV=$OUT/latency.csv
+echo "conns,mode,busy_us,run,p50_us,p99_us,p999_us,round_trips,proxy_cpu_per_s" >"$CSV"
+
+# run_small CONNS MODE BUSY RUN [--direct]: one bench_load window; a CSV row.
+run_small() {
+    local conns=$1 mode=$2 busy=$3 run=$4
+    shift 4
+    rm -f "$WORK/run.csv" "$WORK/lat.txt"
+    local pid=()
+    [ -n "$PROXY_PID" ] && pid=(--proxy-pid "$PROXY_PID")
+    taskset -c 1 timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
+        --client dd --workload small --conns "$conns" --window 1 --seconds "$SECONDS_RUN" \
+        "${pid[@]}" --csv "$WORK/run.csv" --lat-file "$WORK/lat.txt" --quiet "$@"
+    local cpu
+    cpu=$(tail -1 "$WORK/run.csv" | awk -F, -v s="$SECONDS_RUN" '{ printf "%.3f", $16 / s }')
+    read -r p50 p99 p999 n <"$WORK/lat.txt"
+    echo "$conns,$mode,$busy,$run,$p50,$p99,$p999,$n,$cpu" >>"$CSV"
+}
+
+for run in $(seq "$REPEAT"); do
+    for conns in 1 64; do
+        echo "latency.sh: run $run, $conns connection(s), direct" >&2
+        PROXY_PID=""
+        run_small "$conns" direct 0 "$run" --direct
+        for busy in $BUSY; do
+            echo "latency.sh: run $run, $conns connection(s), proxy busy-poll $busy" >&2
+            bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
+            taskset -a -pc 0 "$PROXY_PID" >/dev/null
+            run_small "$conns" proxy "$busy" "$run"
+            bench_stop_proxy
+        done
+    done
+done
+
+# CPU at idle: a proxy with one relayed connection that sends nothing (bench_load idle).
+IDLE_CSV=$OUT/latency-idle.csv
+echo "busy_us,idle_cpu_per_s" >"$IDLE_CSV"
+for busy in $BUSY; do
+    bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
+    taskset -a -pc 0 "$PROXY_PID" >/dev/null
+    rm -f "$WORK/run.csv"
+    taskset -c 1 timeout 60 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
+        --client dd --workload idle --conns 1 --seconds 3 --proxy-pid "$PROXY_PID" \
+        --csv "$WORK/run.csv" --quiet
+    tail -1 "$WORK/run.csv" | awk -F, -v b="$busy" '{ printf "%s,%.4f\n", b, $16 / $5 }' >>"$IDLE_CSV"
+    bench_stop_proxy
+done
+
+python3 - "$CSV" "$IDLE_CSV" >"$OUT/latency.md" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+idle = {r["busy_us"]: float(r["idle_cpu_per_s"]) for r in csv.DictReader(open(sys.argv[2]))}
+med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
+print("# Round trip added by the proxy (bench/latency.sh): 200-byte echo, one in flight per "
+      "connection, proxy on CPU 0, load tool + DC on CPU 1\n")
+print("| conns | path | busy-poll | p50 us | p99 us | p999 us | added p50 / p99 / p999 us "
+      "| proxy CPU (s per s) | idle CPU (s per s) | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for conns in ("1", "64"):
+    d = [r for r in rows if r["conns"] == conns and r["mode"] == "direct"]
+    if not d:
+        continue
+    base = [med(d, k) for k in ("p50_us", "p99_us", "p999_us")]
+    print("| %s | direct | - | %.1f | %.1f | %.1f | - | - | - | %d |" % (conns, *base, len(d)))
+    for busy in sorted({r["busy_us"] for r in rows if r["mode"] == "proxy"}, key=int):
+        p = [r for r in rows if r["conns"] == conns and r["mode"] == "proxy" and r["busy_us"] == busy]
+        v = [med(p, k) for k in ("p50_us", "p99_us", "p999_us")]
+        add = " / ".join("%.1f" % (a - b) for a, b in zip(v, base))
+        print("| %s | proxy | %s us | %.1f | %.1f | %.1f | %s | %.2f | %.4f | %d |"
+              % (conns, busy, *v, add, med(p, "proxy_cpu_per_s"), idle.get(busy, float("nan")), len(p)))
+PY
+cat "$OUT/latency.md"
