@@ -46,6 +46,9 @@ void middle_table_put(struct me_table *t);
  * Returns 0, or -1. */
 int middle_init(struct proxy_worker *pw, struct me_table *t);
 
+/* In the worker thread, from the proxy's command handler: takes a table posted by
+ * middle_reload (cmd has MIDDLE_CMD_RELOAD). */
+void middle_on_cmd(struct worker *w, int cmd);
 /* In the worker thread at stop (after its connections closed): closes every link. */
 void middle_stop(struct proxy_worker *pw);
 

@@ -1490,6 +1490,8 @@ static void proxy_on_cmd(struct worker *w, int cmd)
         if (g)
             gen_adopt(pw, g);
     }
+    if (cmd & MIDDLE_CMD_RELOAD) /* one handler per worker: middle mode's reload goes through it */
+        middle_on_cmd(w, cmd);
 }
 
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)

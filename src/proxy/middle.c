@@ -978,7 +978,7 @@ static int links_add(struct middle *m, struct me_table *t)
 
 /* --- worker setup and reload --------------------------------------------------------------- */
 
-static void middle_on_cmd(struct worker *w, int cmd)
+void middle_on_cmd(struct worker *w, int cmd)
 {
     struct proxy_worker *pw = w->ctx;
     struct middle *m = pw->middle;
@@ -1018,7 +1018,6 @@ int middle_init(struct proxy_worker *pw, struct me_table *t)
     m->hmask = want - 1;
     crypto_random(&m->next_id, sizeof m->next_id);
     m->cur = table_get(t);
-    pw->w->on_cmd = middle_on_cmd;
     return links_add(m, t);
 }
 

@@ -344,6 +344,29 @@ def test_sighup_moves_new_clients_old_ones_finish(procs):
     assert rc == 0
 
 
+def test_sighup_reloads_the_config_in_middle_mode(procs, tmp_path):
+    """The config generation reaches the workers in middle mode too (one command handler per
+    worker serves both reloads): a deny entry added on SIGHUP refuses new loopback clients."""
+    conf = tmp_path / "m.conf"
+    conf.write_text("# nothing yet\n")
+    mid = Middle(procs, extra=["--config", str(conf)])
+    wait_ready(mid)
+    rc, out, err = mid.client("--echo", 1)
+    assert rc == 0, out + err
+    conf.write_text("deny = 127.0.0.0/8\n")
+    mid.proxy.p.send_signal(signal.SIGHUP)
+    assert mid.log_wait(r"configuration 2 loaded"), mid.proxy.stderr_tail(20)
+    assert mid.log_wait(r"SIGHUP: middle-proxy files reloaded"), mid.proxy.stderr_tail(20)
+    assert wait_until(lambda: mid.client("--echo", 1, timeout=20)[0] != 0, 5), \
+        mid.proxy.stderr_tail(20)
+    # and the ME links still serve once the entry is gone again
+    conf.write_text("# open again\n")
+    mid.proxy.p.send_signal(signal.SIGHUP)
+    assert mid.log_wait(r"configuration 3 loaded"), mid.proxy.stderr_tail(20)
+    assert wait_until(lambda: mid.client("--echo", 1, timeout=20)[0] == 0, 5), \
+        mid.proxy.stderr_tail(20)
+
+
 @pytest.mark.parametrize("tag", ["ef", "ee", "dd"])
 def test_telethon_through_middle_mode(procs, tag):
     mid = Middle(procs)
