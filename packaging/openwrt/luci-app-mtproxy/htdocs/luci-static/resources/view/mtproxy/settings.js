@@ -10,6 +10,8 @@ var DURATION = /^[0-9]+(ms|s|m|h)?$/;
 var SECRET = /^[A-Za-z0-9_.-]+:[0-9A-Za-z_-]+$/;
 var DC = /^-?[0-9]+ [\][A-Za-z0-9.:%_-]+$/;
 var LISTEN = /^[\][A-Za-z0-9.:%_-]+$/;
+var ADTAG = /^[0-9a-fA-F]{32}$/;
+var PATH = /^\/[A-Za-z0-9._\/-]+$/;
 
 function matches(re, what) {
 	return function(section_id, value) {
@@ -51,6 +53,7 @@ return view.extend({
 		s.tab('secrets', _('Users and secrets'));
 		s.tab('fronting', _('Fronting'));
 		s.tab('tuning', _('Memory and limits'));
+		s.tab('middle', _('Ad tag (middle proxy)'));
 		s.tab('advanced', _('Advanced'));
 
 		// General
@@ -139,6 +142,28 @@ return view.extend({
 		o = s.taboption('advanced', form.DynamicList, 'dc', _('DC addresses'),
 			_('Extra Telegram DC addresses as \'ID ADDRESS:PORT\'.'));
 		o.validate = matches(DC, _('ID ADDRESS:PORT'));
+
+		// Middle-proxy mode: the ad tag shows the operator's promoted channel; it needs
+		// Telegram's two files, which mtproxy-update-config fetches (cron entry).
+		text(s, 'middle', 'ad_tag', _('Ad tag'),
+			_('32 hex digits from @MTProxybot. Setting it sends every client through Telegram\'s middle proxies.'),
+			null, matches(ADTAG, _('32 hex digits')));
+		text(s, 'middle', 'proxy_secret_file', _('Proxy secret file'),
+			_('Telegram\'s proxy secret (getProxySecret), as fetched by mtproxy-update-config.'),
+			'/etc/mtproxy/proxy-secret', matches(PATH, _('an absolute path')));
+		text(s, 'middle', 'proxy_config_file', _('Proxy config file'),
+			_('Telegram\'s proxy config (getProxyConfig), as fetched by mtproxy-update-config.'),
+			'/etc/mtproxy/proxy-multi.conf', matches(PATH, _('an absolute path')));
+		o = text(s, 'middle', 'me_pool', _('Links per middle proxy'), _('Per worker.'), '2');
+		o.datatype = 'uinteger';
+		text(s, 'middle', 'me_client_buffer', _('Bytes queued toward one client'),
+			_('Past it that client alone is closed as slow.'), '4M', matches(SIZE, _('a size')));
+		text(s, 'middle', 'me_request_buffer', _('Bytes queued toward the ME per client'),
+			_('Past it the client is not read until its link drains.'), '256k', matches(SIZE, _('a size')));
+		text(s, 'middle', 'me_link_buffer', _('Undelivered bytes per link'),
+			_('Past it the link is not read until its clients drain.'), '8M', matches(SIZE, _('a size')));
+		text(s, 'middle', 'me_ping_interval', _('Link health-check interval'), null, '10s',
+			matches(DURATION, _('a duration such as 10s')));
 
 		return m.render();
 	}
