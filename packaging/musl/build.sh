@@ -5,10 +5,11 @@
 # As root the first time: installs musl-tools and dpkg-dev, and adds a deb-src entry for
 # Debian's own archive if there is none (/etc/apt/sources.list.d/mtproxy-musl-src.sources).
 # Then, in OUTDIR:
-#   1. fetches the Debian source packages of libev, OpenSSL and cmocka (apt-get source: the
-#      same versions and patches as Debian's binaries) and builds them with musl-gcc as static
-#      libraries into OUTDIR/prefix: libev; OpenSSL's libcrypto only (no-shared, no apps, no
-#      libssl, no engines or modules); cmocka for the unit tests;
+#   1. fetches the Debian source packages of libev, OpenSSL, zlib, qrencode and cmocka
+#      (apt-get source: the same versions and patches as Debian's binaries) and builds them
+#      with musl-gcc as static libraries into OUTDIR/prefix: libev; OpenSSL's libcrypto only
+#      (no-shared, no apps, no libssl, no engines or modules); zlib (crc32 of the middle-proxy
+#      links); libqrencode (QR codes of the links); cmocka for the unit tests;
 #   2. builds mtproxy with musl-gcc, linked -static, into OUTDIR/build;
 #   3. runs ctest there (unit, packaging, and the integration suites but the ones that run for
 #      minutes by design: MTPROXY_MUSL_EXCLUDE, default integration_(load|soak|faults|fleet));
@@ -63,15 +64,28 @@ fetch() {
             log "fetched the Debian source of $1 $v"
             return 0
         fi
+        # A mirror may have the upstream tarball but not Debian's patch set: build upstream.
+        for t in "$1".tmp/"$1"_*.orig.tar.*; do
+            [ -f "$t" ] || continue
+            if (cd "$1".tmp && tar xf "${t##*/}") && mv "$1".tmp/"$1"-*/ .; then
+                rm -rf "$1".tmp
+                log "fetched the upstream source of $1 $v (Debian's patches are not on the mirror)"
+                return 0
+            fi
+        done
     done
     log "cannot fetch the Debian source of $1"
     return 1
 }
 mkdir -p "$out/src" "$prefix/include" "$prefix/lib"
 cd "$out/src"
-for pkg in libev openssl cmocka; do
+for pkg in libev openssl zlib cmocka; do
     ls -d "$pkg"-*/ >/dev/null 2>&1 || fetch "$pkg"
 done
+# QR codes are optional: without libqrencode's source the build goes on without them, and the
+# tests that decode QR codes skip (MTPROXY_QR_OPTIONAL).
+qr=ON
+ls -d qrencode-*/ >/dev/null 2>&1 || fetch qrencode || qr=OFF
 cc=musl-gcc
 cflags='-O2 -fPIE'
 
@@ -123,6 +137,25 @@ if [ ! -f "$prefix/lib/libcrypto.a" ]; then
     cd ..
 fi
 
+if [ ! -f "$prefix/lib/libz.a" ]; then
+    log "building zlib (static, musl)"
+    cd zlib-*/
+    step zlib-configure env CC=$cc CFLAGS="$cflags" ./configure --static --prefix="$prefix"
+    step zlib-make make -j"$jobs" libz.a
+    step zlib-install make install
+    cd ..
+fi
+
+if [ $qr = ON ] && [ ! -f "$prefix/lib/libqrencode.a" ]; then
+    log "building libqrencode (static, musl)"
+    step qrencode-configure cmake -S "$(ls -d qrencode-*/)" -B qrencode-build \
+        -DCMAKE_C_COMPILER=$cc -DCMAKE_C_FLAGS="$cflags" -DCMAKE_INSTALL_PREFIX="$prefix" \
+        -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=OFF -DWITH_TOOLS=OFF -DWITH_TESTS=OFF \
+        -DCMAKE_BUILD_TYPE=Release
+    step qrencode-build cmake --build qrencode-build -j"$jobs"
+    step qrencode-install cmake --install qrencode-build
+fi
+
 if [ ! -f "$prefix/lib/libcmocka.a" ]; then
     log "building cmocka (static, musl)"
     step cmocka-configure cmake -S "$(ls -d cmocka-*/)" -B cmocka-build -DCMAKE_C_COMPILER=$cc \
@@ -143,6 +176,9 @@ cmake -S . -B "$out/build" -DCMAKE_C_COMPILER=$cc -DCMAKE_BUILD_TYPE=RelWithDebI
     -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON \
     -DLIBEV_INCLUDE_DIR="$prefix/include" -DLIBEV_LIBRARY="$prefix/lib/libev.a" \
     -DCMOCKA_INCLUDE_DIR="$prefix/include" -DCMOCKA_LIBRARY="$prefix/lib/libcmocka.a" \
+    -DZLIB_INCLUDE_DIR="$prefix/include" -DZLIB_LIBRARY="$prefix/lib/libz.a" \
+    -DMTPROXY_QRENCODE=$qr -DQRENCODE_INCLUDE_DIR="$prefix/include" \
+    -DQRENCODE_LIBRARY="$prefix/lib/libqrencode.a" \
     >"$out/configure.log" 2>&1 || {
     cat "$out/configure.log"
     exit 1
@@ -159,6 +195,7 @@ fi
 
 log "ctest${exclude:+ (excluding: $exclude)}"
 rc=0
+[ $qr = ON ] || export MTPROXY_QR_OPTIONAL=1
 ctest --test-dir "$out/build" --output-on-failure -j"$jobs" ${exclude:+-E "$exclude"} \
     >"$out/ctest.log" 2>&1 || rc=$?
 grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|\*\*\*' "$out/ctest.log" || true
