@@ -51,9 +51,14 @@ static void tls_key_init(void) {
 }
 
 /* Called when the thread first caches a context. */
+static _Thread_local int tls_tracked;
+
 static void tls_track(void) {
+    if (tls_tracked)
+        return;
     pthread_once(&tls_once, tls_key_init);
     pthread_setspecific(tls_key, (void *)1);
+    tls_tracked = 1;
 }
 
 static const EVP_MD *sha256_get(void) {
@@ -124,6 +129,7 @@ int crypto_ctr_park(struct crypto_ctr *c) {
         return 0;
     c->ctx = NULL;
     if (ctx_nspare < CTX_SPARE_MAX) {
+        tls_track(); /* a thread that ends with spares frees them (tls_exit) */
         ctx_spare[ctx_nspare++] = ctx; /* its key schedule is overwritten by the next init */
         return 0;
     }
@@ -200,6 +206,7 @@ void crypto_ctr_oneshot(const uint8_t key[CRYPTO_KEY_LEN], const uint8_t iv[CRYP
 static void digest_failed(uint8_t out[CRYPTO_SHA256_LEN]);
 
 void crypto_thread_cleanup(void) {
+    tls_tracked = 0; /* a later use registers the exit hook again */
     EVP_CIPHER_CTX_free(oneshot_ctx);
     oneshot_ctx = NULL;
     EVP_CIPHER_CTX_free(ecb_ctx);
