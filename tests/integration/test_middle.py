@@ -153,6 +153,7 @@ def test_every_framing_arrives_as_proxy_req(procs, tag, kind):
         mid.proxy.addr = saved
         assert rc == 0, out + err
         ports = set(ports_of(out).values())
+        wait_until(lambda: len(mid.me.reqs(mark)) >= 6, 5)  # lines are read in a thread
         reqs = mid.me.reqs(mark)
         assert len(reqs) == 6, mid.me.lines[mark:]
         port = addr.rsplit(":", 1)[1]
@@ -199,6 +200,7 @@ def test_unknown_and_media_dcs(procs):
         mark = mid.me.mark()
         rc, out, err = mid.client("--dc", dc, "--echo", 1)
         assert rc == 0, out + err
+        wait_until(lambda: mid.me.reqs(mark), 5)  # lines are read in a thread
         reqs = mid.me.reqs(mark)
         assert [int(r[1]) for r in reqs] == [lid], (dc, mid.me.lines[mark:])
 
@@ -294,6 +296,8 @@ def test_right_nat_info_works(procs):
     wait_ready(mid)
     rc, out, err = mid.client("--echo", 2)
     assert rc == 0, out + err
+    # the harness reads the fake ME's lines in a thread: wait for the request's line
+    assert wait_until(lambda: mid.me.reqs(), 5), mid.me.lines
     r = mid.me.reqs()[0]
     assert r[6].startswith("10.9.8.7:")  # our address as the ME knows it
 
@@ -309,6 +313,7 @@ def test_client_close_tells_the_me_and_close_ext_closes_the_client(procs):
     wait_ready(mid)
     rc, out, err = mid.client("--echo", 1)
     assert rc == 0
+    assert wait_until(lambda: mid.me.reqs(), 5), mid.me.lines  # read in a thread
     conn = mid.me.reqs()[0][2]
     assert mid.me.wait_line(rf"^CLOSE_CONN listener=2 conn={conn}$", 5)
 
@@ -328,6 +333,9 @@ def test_sighup_moves_new_clients_old_ones_finish(procs):
     assert rc == 0, out + err
     new = mid.me.reqs(mark)
     new_port = ports_of(out)[0]
+    wait_until(lambda: len([r for r in mid.me.reqs(mark) if r[5].endswith(f":{new_port}")]) >= 2,
+               5)  # lines are read in a thread
+    new = mid.me.reqs(mark)
     assert [int(r[1]) for r in new if r[5].endswith(f":{new_port}")] == [2, 2]
     assert old.wait_line(r"^SUMMARY ok=1 fail=0", 20), old.lines
     # the old client kept its link to the old ME after the reload
