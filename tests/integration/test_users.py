@@ -433,6 +433,9 @@ def test_sighup_moves_new_connections_to_a_new_dc_table(procs, tmp_path):
     proxy = procs.proxy([], [], extra=["--config", str(conf), "--dc-pool", "1"])
     live = procs.client_bg(proxy, a, "ef", 2, 1 << 20, 64 << 20)  # stays on dc1
     assert_ok(procs.client(proxy, a, "ef", 2, 1000, 1000))
+    # both reached dc1 before the reload (the background client starts on its own time, and
+    # the fake DC's lines are read in a thread)
+    assert wait_until(lambda: len(dc1.matching(r"^HEADER ")) >= 2, 10), dc1.lines[-5:]
     m1, m2 = dc1.mark(), dc2.mark()
     write_conf(conf, [("a", a)], dc2)
     os.kill(proxy.pid, signal.SIGHUP)
@@ -441,5 +444,6 @@ def test_sighup_moves_new_connections_to_a_new_dc_table(procs, tmp_path):
         assert_ok(procs.client(proxy, a, "ef", 2, 1000, 1000))
     # (dc1 sees its pooled sockets closed unused: SHORT_HEADER, no header)
     full = lambda dc, m: len(dc.matching(r"^HEADER ", m))
+    wait_until(lambda: full(dc2, m2) >= 3, 5)
     assert full(dc2, m2) == 3 and full(dc1, m1) == 0, (dc1.lines[-5:], dc2.lines[-5:])
     assert_ok(procs.result(live))
