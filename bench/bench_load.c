@@ -111,6 +111,7 @@ struct opts {
     double pre_wait;
     double settle; /* seconds between set-up and the ready RSS / the timed window */
     int direct;    /* clients dial the DC sink themselves (no proxy: the baseline) */
+    int spin;      /* never block in epoll_wait */
     const char *lat_file; /* round-trip percentiles p50 p99 p999 (us) and count go here */
     int concurrency;
     int quiet;
@@ -926,7 +927,12 @@ static int listen_fd;
 static void run_events(int timeout_ms)
 {
     struct epoll_event evs[256];
-    int n = epoll_wait(epfd, evs, 256, timeout_ms);
+    /* --spin: never sleep (a load tool whose CPU never halts, as runtimes that spin before
+     * parking behave): poll with a zero timeout until something is ready or timeout_ms passed */
+    uint64_t until = o.spin ? now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+    int n = epoll_wait(epfd, evs, 256, o.spin ? 0 : timeout_ms);
+    while (o.spin && n == 0 && now_ns() < until)
+        n = epoll_wait(epfd, evs, 256, 0);
     for (int i = 0; i < n; i++) {
         struct ep *e = evs[i].data.ptr;
         if (!e) {
@@ -963,7 +969,7 @@ static void usage(void)
             "  [--workload bulk-down|bulk-up|mtu|mtu-up|small|trickle|idle|handshake]\n"
             "  [--conns N] [--seconds S] [--window W] [--interval-ms MS] [--msg-size B]\n"
             "  [--proxy-pid PID | --proxy-pidfile F] [--proxy-log F] [--csv F] [--label S]\n"
-            "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet] [--direct] [--lat-file F]\n"
+            "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet] [--direct] [--spin] [--lat-file F]\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
             "plain secret, dd the dd tag on a dd secret, tls FakeTLS on an ee secret (dd inside).\n"
             "Holding N connections takes 2N descriptors here (N clients + N DC sides).\n");
@@ -1028,6 +1034,8 @@ int main(int argc, char **argv)
             o.lat_file = v;
         else if (strcmp(a, "--direct") == 0)
             o.direct = 1;
+        else if (strcmp(a, "--spin") == 0)
+            o.spin = 1;
         else if (ARG("--concurrency"))
             o.concurrency = atoi(v);
         else if (strcmp(a, "--quiet") == 0)

@@ -3,7 +3,7 @@
 # busy-poll, and what busy-poll costs in CPU.
 #
 #   bench/latency.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
-#                    [--busy "0 20 50"]
+#                    [--busy "0 20 50"] [--load-spin]
 #
 # bench_load's `small` workload (200-byte messages, one in flight per connection, echoed by its
 # DC sink; every byte checked) with 1 and 64 dd connections: first straight to the sink
@@ -13,6 +13,8 @@
 # window; then each busy-poll value's CPU with one idle relayed connection (a 3 s window of no
 # traffic). Medians of --repeat runs (default 3, 2 s each), interleaved. Writes latency.csv and
 # latency.md into OUT (default bench/results; --quick: BUILD/results-latency-quick, 1 x 0.3 s).
+# --load-spin: the load tool never sleeps (bench_load --spin), so no round trip waits for its
+# CPU to wake up: what is left over direct is the proxy's own (latency-spin.* instead).
 # Needs 2 CPUs (it pins); run as root inside its own network namespace, e.g.
 #   unshare -n sh -c 'ip link set lo up; bench/latency.sh'
 set -euo pipefail
@@ -24,6 +26,8 @@ REPEAT=3
 SECONDS_RUN=2
 QUICK=0
 BUSY="0 20 50"
+SPIN=()
+NAME=latency
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3 ;;
@@ -32,7 +36,8 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift ;;
     --seconds) SECONDS_RUN=$2; shift ;;
     --busy) BUSY=$2; shift ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --load-spin) SPIN=(--spin); NAME=latency-spin ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -49,7 +54,7 @@ mkdir -p "$OUT"
 . "$ROOT/bench/lib.sh"
 bench_init latency
 K=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
-CSV=$OUT/latency.csv
+CSV=$OUT/$NAME.csv
 echo "conns,mode,busy_us,run,p50_us,p99_us,p999_us,round_trips,proxy_cpu_per_s" >"$CSV"
 
 # run_small CONNS MODE BUSY RUN [--direct]: one bench_load window; a CSV row.
@@ -61,7 +66,7 @@ run_small() {
     [ -n "$PROXY_PID" ] && pid=(--proxy-pid "$PROXY_PID")
     taskset -c 1 timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
         --client dd --workload small --conns "$conns" --window 1 --seconds "$SECONDS_RUN" \
-        "${pid[@]}" --csv "$WORK/run.csv" --lat-file "$WORK/lat.txt" --quiet "$@"
+        "${pid[@]}" --csv "$WORK/run.csv" --lat-file "$WORK/lat.txt" --quiet "${SPIN[@]}" "$@"
     local cpu
     cpu=$(tail -1 "$WORK/run.csv" | awk -F, -v s="$SECONDS_RUN" '{ printf "%.3f", $16 / s }')
     read -r p50 p99 p999 n <"$WORK/lat.txt"
@@ -84,7 +89,7 @@ for run in $(seq "$REPEAT"); do
 done
 
 # CPU at idle: a proxy with one relayed connection that sends nothing (bench_load idle).
-IDLE_CSV=$OUT/latency-idle.csv
+IDLE_CSV=$OUT/$NAME-idle.csv
 echo "busy_us,idle_cpu_per_s" >"$IDLE_CSV"
 for busy in $BUSY; do
     bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
@@ -97,13 +102,14 @@ for busy in $BUSY; do
     bench_stop_proxy
 done
 
-python3 - "$CSV" "$IDLE_CSV" >"$OUT/latency.md" <<'PY'
+python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" >"$OUT/$NAME.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 idle = {r["busy_us"]: float(r["idle_cpu_per_s"]) for r in csv.DictReader(open(sys.argv[2]))}
 med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
-print("# Round trip added by the proxy (bench/latency.sh): 200-byte echo, one in flight per "
-      "connection, proxy on CPU 0, load tool + DC on CPU 1\n")
+print("# Round trip added by the proxy (bench/latency.sh%s): 200-byte echo, one in flight per "
+      "connection, proxy on CPU 0, load tool + DC on CPU 1%s\n"
+      % (" --load-spin" if sys.argv[3] else "", ", the load tool spinning" if sys.argv[3] else ""))
 print("| conns | path | busy-poll | p50 us | p99 us | p999 us | added p50 / p99 / p999 us "
       "| proxy CPU (s per s) | idle CPU (s per s) | runs |")
 print("|---|---|---|---|---|---|---|---|---|---|")
@@ -120,4 +126,4 @@ for conns in ("1", "64"):
         print("| %s | proxy | %s us | %.1f | %.1f | %.1f | %s | %.2f | %.4f | %d |"
               % (conns, busy, *v, add, med(p, "proxy_cpu_per_s"), idle.get(busy, float("nan")), len(p)))
 PY
-cat "$OUT/latency.md"
+cat "$OUT/$NAME.md"

@@ -331,7 +331,7 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     for (int i = 0; i < n && alen < sizeof acc - 32; i++) /* how evenly SO_REUSEPORT spreads */
         alen += (size_t)snprintf(acc + alen, sizeof acc - alen, " w%d %llu", i,
                                  (unsigned long long)STAT_GET(&pws[i].stats.accepted));
-    log_info("stats: workers accepted:%s", acc);
+    log_info("stats: per-worker accepted:%s", acc);
     log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
              "strangers_refused %llu hello_budget %llu unknown_sni %llu",
              G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),

@@ -86,7 +86,7 @@ int worker_start(struct worker *w);
 /* Busy poll: after a pass that ran callbacks, the worker keeps polling its loop without
  * blocking (epoll_wait with a zero timeout) until us microseconds pass with nothing to do, and
  * only then sleeps, so an answer arriving soon after is handled without the wake-up of a
- * halted CPU. Timers may fire up to us late. 0 (the default) = off. Call before start. */
+ * halted CPU (the non-blocking passes run due timers too). 0 = off. Call before start. */
 void worker_set_busy_poll(struct worker *w, unsigned us);
 
 /* Runs the loop in the calling thread until stopped (for tests and single-thread mode). */

@@ -735,7 +735,7 @@ const struct config_option options_table[] = {
      "held, refused, unknown-sni drop/reject); always = every client connection."},
     {.name = "tcp-nodelay", .type = CFG_BOOL, .offset = OFF(tcp_nodelay), .def = "on",
      .arg = "on|off", .help = "TCP_NODELAY on both sides."},
-    {.name = "busy-poll", .type = CFG_INT, .offset = OFF(busy_poll_us), .def = "0", .min = 0,
+    {.name = "busy-poll", .type = CFG_INT, .offset = OFF(busy_poll_us), .def = "20", .min = 0,
      .max = 1000, .arg = "MICROSECONDS", .help = "After handling events, a worker polls for "
      "more without sleeping for up to this long (0 = off): a reply arriving within it is relayed "
      "without the wake-up of an idle CPU, for CPU spent spinning after each burst. Ignored on a "
