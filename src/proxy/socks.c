@@ -130,24 +130,20 @@ enum socks_result socks_dial_read_bound(struct socks_dial *d, int fd,
 int socks_bound_addr(const uint8_t *bound, struct sockaddr_storage *out)
 {
     static const uint8_t zero[16];
+    size_t alen = bound[0] == 1 ? 4 : bound[0] == 4 ? 16 : 0;
     memset(out, 0, sizeof *out);
-    if (bound[0] == 1) {
+    if (!alen || !memcmp(bound + 1, zero, alen) || !(bound[1 + alen] | bound[2 + alen]))
+        return -1;
+    if (alen == 4) {
         struct sockaddr_in *a = (struct sockaddr_in *)out;
-        if (!memcmp(bound + 1, zero, 4) || !(bound[5] | bound[6]))
-            return -1;
         a->sin_family = AF_INET;
         memcpy(&a->sin_addr, bound + 1, 4);
         memcpy(&a->sin_port, bound + 5, 2);
-        return 0;
-    }
-    if (bound[0] == 4) {
+    } else {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)out;
-        if (!memcmp(bound + 1, zero, 16) || !(bound[17] | bound[18]))
-            return -1;
         a->sin6_family = AF_INET6;
         memcpy(&a->sin6_addr, bound + 1, 16);
         memcpy(&a->sin6_port, bound + 17, 2);
-        return 0;
     }
-    return -1;
+    return 0;
 }
