@@ -401,6 +401,16 @@ def test_check_config(bins, tmp_path):
 # --------------------------------------------------------------------------------------------
 # ME links through a SOCKS5 server (socks5 = URL, #16)
 
+def descendants(pid):
+    """pid's child processes, and theirs."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(k) for k in f.read().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in descendants(k)]
+
+
 def metric(port, name):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=T(5)) as r:
         m = re.search(rf"^{name} (\d+)$", r.read().decode(), re.M)
@@ -442,6 +452,31 @@ def test_me_links_through_socks5(procs):
         assert rc == 0, out + err
     finally:
         relay.stop()
+
+
+def test_me_links_through_dante(procs):
+    # a real SOCKS5 server that reports its outgoing address: clients served end to end
+    from test_socks5 import dante
+    port, server = dante(procs)
+    mid = Middle(procs, extra=["--socks5", f"socks5://127.0.0.1:{port}"])
+    wait_ready(mid)
+    me_port = mid.me.port[2]
+    assert wait_until(lambda: re.search(rf"-> 127\.0\.0\.1\.\d+ 127\.0\.0\.1\.{me_port}\b",
+                                        server.stderr_tail(50)), T(5)), server.stderr_tail(20)
+    rc, out, err = mid.client("--tag", "ee", "--echo", 3, "--clients", 3, "--size", 2000)
+    assert rc == 0, out + err
+    assert len(mid.me.reqs()) == 9
+    assert mid.stats()["me_links_open"] == 1
+    # the ME is reached only through it: danted and its children (which hold the relayed
+    # link) killed, the link fails
+    tree = descendants(server.pid)
+    server.stop(signal.SIGKILL)
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert wait_until(lambda: mid.stats()["me_links_open"] == 0, T(10))
 
 
 def test_me_refused_by_socks5_is_logged_and_counted(procs):

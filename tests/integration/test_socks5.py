@@ -1,4 +1,5 @@
 """test_socks5.py: upstream through SOCKS5: a real server (microsocks), logins, every refusal code."""
+import os
 import shutil
 import signal
 import socket
@@ -22,15 +23,37 @@ def microsocks(procs, user=None, password=None):
         argv += ["-u", user, "-P", password]
     p = Proc("microsocks", argv, procs.workdir)
     procs.all.append(p)
-
-    def up():
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-    assert wait_until(up, T(5)), "microsocks did not start"
+    assert wait_until(lambda: _listening(port), T(5)), "microsocks did not start"
     return port, p
+
+
+def dante(procs):
+    """Dante's danted (Debian dante-server) on a loopback port, no login, connects logged to its
+    stderr. Unlike microsocks it reports in the CONNECT reply where it connects from."""
+    exe = shutil.which("danted") or ("/usr/sbin/danted" if os.access("/usr/sbin/danted", os.X_OK)
+                                     else None)
+    if not exe:
+        pytest.skip("danted not installed (Debian package dante-server)")
+    port = free_ports(1)[0]
+    conf = os.path.join(procs.workdir, f"danted-{port}.conf")
+    with open(conf, "w") as f:
+        f.write(f"logoutput: stderr\ninternal: 127.0.0.1 port = {port}\nexternal: 127.0.0.1\n"
+                "clientmethod: none\nsocksmethod: none\nuser.privileged: root\n"
+                "user.unprivileged: nobody\n"
+                "client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }\n"
+                "socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }\n")
+    p = Proc("danted", [exe, "-f", conf, "-N", "1"], procs.workdir)
+    procs.all.append(p)
+    assert wait_until(lambda: _listening(port), T(10)), p.stderr_tail(20)
+    return port, p
+
+
+def _listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
 
 
 class ScriptedSocks:
