@@ -357,10 +357,10 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
     if (pws[0].opt->middle)
         log_info("stats: me handshakes %llu handshake_fails %llu connect_fails %llu "
                  "link_drops %llu dead_closed %llu slow_closed %llu link_pauses %llu requests "
-                 "%llu answers %llu acks %llu pings %llu unknown %llu",
+                 "%llu answers %llu acks %llu pings %llu unknown %llu links_open %llu",
                  G(me_handshakes), G(me_handshake_fails), G(me_connect_fails), G(me_link_drops),
                  G(me_dead_closed), G(me_slow_closed), G(me_link_pauses), G(me_requests),
-                 G(me_answers), G(me_acks), G(me_pings), G(me_unknown));
+                 G(me_answers), G(me_acks), G(me_pings), G(me_unknown), G(me_links_open));
 #undef G
     if (n && pws[0].users)
         log_user_stats(pws[0].users);

@@ -227,6 +227,7 @@ struct proxy_stats {
     stat_t me_handshake_fails; /* handshakes that failed after the nonce (nat-info?) */
     stat_t me_connect_fails;   /* connects/nonces that failed */
     stat_t me_link_drops;      /* ready links lost */
+    stat_t me_links_open;      /* gauge: links past the handshake now */
     stat_t me_dead_closed;     /* clients closed because their link died */
     stat_t me_slow_closed;     /* clients closed over me-client-buffer */
     stat_t me_link_pauses;     /* a link stopped being read (me-link-buffer) */

@@ -37,4 +37,20 @@ enum socks_result socks_dial_start(struct socks_dial *d, int fd, const struct so
 enum socks_result socks_dial_read(struct socks_dial *d, int fd, const struct socks5_server *srv,
                                   const struct sockaddr *target, const char **why, int *code);
 
+/* The reply's BND.ADDR and BND.PORT (RFC 1928: the address the server connected from), raw:
+ * [0] ATYP, then the address (4 or 16 bytes) and the port. */
+#define SOCKS_BOUND_LEN 19
+
+/* socks_dial_read that also keeps the reply's bound address in bound (SOCKS_BOUND_LEN bytes,
+ * kept by the caller across calls; filled for IPv4/IPv6 replies). */
+enum socks_result socks_dial_read_bound(struct socks_dial *d, int fd,
+                                        const struct socks5_server *srv,
+                                        const struct sockaddr *target, const char **why,
+                                        int *code, uint8_t *bound);
+
+/* The bound address socks_dial_read_bound kept, as a socket address. Returns 0, or -1 if the
+ * server gave none (a domain name, or all zeros: many servers, microsocks among them, do not
+ * report where they connected from). */
+int socks_bound_addr(const uint8_t *bound, struct sockaddr_storage *out);
+
 #endif

@@ -9,6 +9,7 @@
 #include "core/sock.h"
 #include "proto/tlsprofile.h"
 #include "proxy/options.h"
+#include "proxy/socks.h"
 
 #define TLSLEARN_SLOTS 4        /* published profiles; a reader's copy outlives 3 refreshes */
 #define TLSLEARN_ROUNDS 3       /* handshakes per learning (their spread is the variation) */
@@ -21,6 +22,7 @@ struct tlslearn_conn {
     ev_timer timer;
     ev_tstamp start;
     int connected;
+    struct socks_dial sd;         /* through socks5: the handshake's progress */
 };
 
 /*
@@ -35,6 +37,9 @@ struct tlslearn {
     double refresh_s;
     double idle_max_s;            /* the idle probe waits at most this long */
     int proxy_protocol;           /* mask-proxy-protocol: 0, 1 or 2 (a header starts each) */
+    int via_socks;                /* socks5 with socks5-mask: the site through that server */
+    struct socks5_server socks;
+    struct sock_addr socks_addr;
     struct tlsprofile slots[TLSLEARN_SLOTS];
     atomic_uint cur;              /* 1 + index of the published slot; 0 = none */
     size_t builtin;               /* the built-in used while nothing is learned */

@@ -1734,6 +1734,7 @@ void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src)
     ADD(me_handshake_fails);
     ADD(me_connect_fails);
     ADD(me_link_drops);
+    ADD(me_links_open);
     ADD(me_dead_closed);
     ADD(me_slow_closed);
     ADD(me_link_pauses);

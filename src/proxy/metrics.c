@@ -362,6 +362,8 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
     u64(e, "me_links_total", "event", "connect_failure", NULL, NULL,
         STAT_GET(&s->me_connect_fails));
     u64(e, "me_links_total", "event", "drop", NULL, NULL, STAT_GET(&s->me_link_drops));
+    single(e, "me_links_open", "gauge", "ME links past the handshake now (all workers).",
+           STAT_GET(&s->me_links_open));
     family(e, "me_clients_closed_total", "counter",
            "Middle-mode clients closed: their link died, or over me-client-buffer (slow).");
     u64(e, "me_clients_closed_total", "reason", "link_dead", NULL, NULL,

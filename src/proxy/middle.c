@@ -20,6 +20,7 @@
 #include "proto/obfs2.h"
 #include "proxy/conn.h"
 #include "proxy/relay.h"
+#include "proxy/socks.h"
 
 #define ME_HANDSHAKE_TIMEOUT 5.0 /* connect + nonce + handshake */
 #define ME_BACKOFF_MIN 0.5
@@ -69,6 +70,8 @@ struct me_link {
     struct rpc_nonce nonce;  /* ours */
     uint8_t pid[RPC_PID_LEN];
     struct rpc_endpoint clt, srv;
+    struct socks_dial sd;             /* through socks5: the handshake's progress */
+    uint8_t bound[SOCKS_BOUND_LEN];   /* through socks5: where the server connected from */
 };
 
 /* The middle-mode part of a client connection. */
@@ -395,6 +398,8 @@ static void link_reset(struct me_link *l)
     l->rbuf = NULL;
     l->rlen = l->rcap = l->rdec = 0;
     l->err = l->ping_out = l->paused = 0;
+    if (l->state == ML_READY)
+        STAT_DEC(&l->m->pw->stats.me_links_open);
     l->state = ML_WAIT;
 }
 
@@ -476,7 +481,10 @@ static void endpoint_of(const struct sockaddr_storage *ss, const struct options 
 static void link_connect(struct me_link *l)
 {
     struct proxy_worker *pw = l->m->pw;
-    l->fd = sock_connect(&l->t->addrs[l->addr].addr, &pw->sockopts);
+    const struct options *o = pw->opt;
+    l->sd.step = SOCKS_STEP_NONE;
+    l->fd = sock_connect(o->socks5_on ? &o->socks5_addr : &l->t->addrs[l->addr].addr,
+                         &pw->sockopts);
     if (l->fd < 0) {
         char why[96];
         snprintf(why, sizeof why, "connect: %s", strerror(errno));
@@ -491,7 +499,43 @@ static void link_connect(struct me_link *l)
     link_timer(l, ME_HANDSHAKE_TIMEOUT);
 }
 
-/* Connected: our nonce goes out in clear. */
+static void link_connected(struct me_link *l);
+
+/* Connecting through socks5: the server's TCP connect succeeded (start) or it sent bytes.
+ * A refused CONNECT is logged with the server's reason and counted; the link backs off. */
+static void link_socks_step(struct me_link *l)
+{
+    struct proxy_worker *pw = l->m->pw;
+    const struct options *o = pw->opt;
+    const char *why = "socks5: handshake failed";
+    int code = 0;
+    enum socks_result r =
+        l->sd.step == SOCKS_STEP_NONE
+            ? socks_dial_start(&l->sd, l->fd, &o->socks5, &why)
+            : socks_dial_read_bound(&l->sd, l->fd, &o->socks5, &l->t->addrs[l->addr].addr.u.sa,
+                                    &why, &code, l->bound);
+    if (r == SOCKS_DIAL_WAIT) {
+        link_watch(l, EV_READ);
+        return;
+    }
+    if (r == SOCKS_DIAL_DONE) {
+        link_connected(l);
+        return;
+    }
+    STAT_INC(&pw->stats.socks_fails);
+    char sv[SOCK_ADDR_STRLEN], msg[200];
+    sock_addr_format(&o->socks5_addr, sv, sizeof sv);
+    if (code > 0)
+        snprintf(msg, sizeof msg, "socks5 %s refused the ME: %s (reply %d)", sv, why, code);
+    else
+        snprintf(msg, sizeof msg, "socks5 %s: %s", sv, why);
+    link_fail(l, msg);
+}
+
+/* Connected: our nonce goes out in clear. The keys are derived with the addresses the ME
+ * sees: through socks5 the ME is the target (not our peer) and we are where the SOCKS server
+ * connected from (its reply's bound address; our own local one, through nat-info, if it
+ * reported none). */
 static void link_connected(struct me_link *l)
 {
     struct proxy_worker *pw = l->m->pw;
@@ -499,10 +543,22 @@ static void link_connected(struct me_link *l)
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     memset(&ss, 0, sizeof ss);
-    getsockname(l->fd, (struct sockaddr *)&ss, &sl);
+    if (!o->socks5_on || socks_bound_addr(l->bound, &ss)) {
+        if (o->socks5_on) {
+            char name[160];
+            link_name(l, name, sizeof name);
+            log_info("%s: the socks5 server did not say where it connects from: the keys use "
+                     "our own address (through nat-info) and port", name);
+        }
+        getsockname(l->fd, (struct sockaddr *)&ss, &sl);
+    }
     endpoint_of(&ss, o, 1, &l->clt);
-    sl = sizeof ss;
-    getpeername(l->fd, (struct sockaddr *)&ss, &sl);
+    if (o->socks5_on) {
+        memcpy(&ss, &l->t->addrs[l->addr].addr.u, sizeof l->t->addrs[l->addr].addr.u);
+    } else {
+        sl = sizeof ss;
+        getpeername(l->fd, (struct sockaddr *)&ss, &sl);
+    }
     endpoint_of(&ss, o, 0, &l->srv);
     l->nonce.key_select = (uint32_t)l->t->secret[0] | (uint32_t)l->t->secret[1] << 8 |
                           (uint32_t)l->t->secret[2] << 16 | (uint32_t)l->t->secret[3] << 24;
@@ -605,6 +661,7 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
         log_debug("%s: link ready", name);
     }
     l->state = ML_READY;
+    STAT_INC(&pw->stats.me_links_open);
     l->seq_in = 0;
     l->seq_out = 0;
     l->backoff = 0;
@@ -879,11 +936,15 @@ static void on_link_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct me_link *l = io->data;
     if (l->state == ML_CONNECTING) {
-        int err = sock_connect_result(l->fd);
+        const struct options *o = l->m->pw->opt;
+        int err = l->sd.step == SOCKS_STEP_NONE ? sock_connect_result(l->fd) : 0;
         if (err) {
             char why[96];
-            snprintf(why, sizeof why, "connect: %s", strerror(err));
+            snprintf(why, sizeof why, "connect%s: %s", o->socks5_on ? " to socks5" : "",
+                     strerror(err));
             link_fail(l, why);
+        } else if (o->socks5_on) {
+            link_socks_step(l);
         } else {
             link_connected(l);
         }

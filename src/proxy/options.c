@@ -614,14 +614,17 @@ const struct config_option options_table[] = {
              "send a PROXY header; others are closed at once and counted. None: any source."},
     {.name = "socks5", .type = CFG_CUSTOM, .arg = "socks5://[USER:PASS@]HOST:PORT",
      .parse = parse_socks5,
-     .help = "Make every connection to Telegram (DCs and the DC pool) through this SOCKS5 "
-             "server (RFC 1928; username/password login, RFC 1929, when given: percent-encode "
-             "':', '@' and '%' in them). HOST may be an IPv4 address, [IPv6] or a name "
-             "(resolved at start). A refusal is logged with the server's reason, and the DC's "
-             "next address is tried."},
+     .help = "Make every connection to Telegram (DCs, the DC pool, middle-mode ME links) "
+             "through this SOCKS5 server (RFC 1928; username/password login, RFC 1929, when "
+             "given: percent-encode ':', '@' and '%' in them). HOST may be an IPv4 address, "
+             "[IPv6] or a name (resolved at start). A refusal is logged with the server's "
+             "reason, and the DC's next address is tried (an ME link backs off). Middle mode: "
+             "the ME keys use the server's outgoing address and port from its CONNECT reply "
+             "(nat-info maps that address if the server is behind NAT); a server that reports "
+             "none (microsocks) makes every ME handshake fail."},
     {.name = "socks5-mask", .type = CFG_BOOL, .offset = OFF(socks5_mask), .def = "off",
-     .arg = "on|off", .help = "Also front probes to the real site through the socks5 server "
-     "(off: fronting connects directly)."},
+     .arg = "on|off", .help = "Also front probes to the real site, and learn its TLS profile "
+     "(tls-profile), through the socks5 server (off: both connect directly)."},
     {.name = "links-file", .type = CFG_STRING, .offset = OFF(links_file),
      .str_size = OPT_PATH_MAX, .arg = "PATH|off", .help = "Where the tg:// and t.me links of "
      "every secret are written at start (mode 0600: they carry the secrets). Default: the "

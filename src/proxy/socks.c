@@ -2,6 +2,7 @@
 #include "proxy/socks.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -45,6 +46,14 @@ static int fill(struct socks_dial *d, int fd, size_t want)
 
 enum socks_result socks_dial_read(struct socks_dial *d, int fd, const struct socks5_server *srv,
                                   const struct sockaddr *target, const char **why, int *code)
+{
+    return socks_dial_read_bound(d, fd, srv, target, why, code, NULL);
+}
+
+enum socks_result socks_dial_read_bound(struct socks_dial *d, int fd,
+                                        const struct socks5_server *srv,
+                                        const struct sockaddr *target, const char **why,
+                                        int *code, uint8_t *bound)
 {
     uint8_t b[600];
     for (;;) {
@@ -93,9 +102,18 @@ enum socks_result socks_dial_read(struct socks_dial *d, int fd, const struct soc
                 return SOCKS_DIAL_FAIL;
             size_t alen = d->hdr[3] == 1 ? 4 : d->hdr[3] == 4 ? 16 : 1 + (size_t)d->hdr[4];
             d->left = (uint16_t)(4 + alen + 2 - 5);
+            if (bound) {
+                memset(bound, 0, SOCKS_BOUND_LEN);
+                bound[0] = d->hdr[3];
+                bound[1] = d->hdr[4];
+            }
         }
+        /* IPv4/IPv6 bound address: its bytes after the first go to bound[2..] */
+        int keep = bound && (d->hdr[3] == 1 || d->hdr[3] == 4);
+        size_t all = d->hdr[3] == 1 ? 5 : 17; /* bytes after hdr[4] when kept */
         while (d->left) {
-            ssize_t n = recv(fd, b, d->left, MSG_DONTWAIT);
+            uint8_t *to = keep ? bound + 2 + (all - d->left) : b;
+            ssize_t n = recv(fd, to, d->left, MSG_DONTWAIT);
             if (n > 0) {
                 d->left = (uint16_t)(d->left - n);
                 continue;
@@ -107,4 +125,25 @@ enum socks_result socks_dial_read(struct socks_dial *d, int fd, const struct soc
         d->step = SOCKS_STEP_DONE;
         return SOCKS_DIAL_DONE;
     }
+}
+
+int socks_bound_addr(const uint8_t *bound, struct sockaddr_storage *out)
+{
+    static const uint8_t zero[16];
+    size_t alen = bound[0] == 1 ? 4 : bound[0] == 4 ? 16 : 0;
+    memset(out, 0, sizeof *out);
+    if (!alen || !memcmp(bound + 1, zero, alen) || !(bound[1 + alen] | bound[2 + alen]))
+        return -1;
+    if (alen == 4) {
+        struct sockaddr_in *a = (struct sockaddr_in *)out;
+        a->sin_family = AF_INET;
+        memcpy(&a->sin_addr, bound + 1, 4);
+        memcpy(&a->sin_port, bound + 5, 2);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)out;
+        a->sin6_family = AF_INET6;
+        memcpy(&a->sin6_addr, bound + 1, 16);
+        memcpy(&a->sin6_port, bound + 17, 2);
+    }
+    return 0;
 }

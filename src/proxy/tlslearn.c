@@ -100,8 +100,11 @@ int tlslearn_init(struct tlslearn *l, const struct options *o, char *err, size_t
     l->refresh_s = o->tls_profile_refresh_ms / 1000.0;
     l->idle_max_s = o->tls_profile_idle_ms / 1000.0;
     l->proxy_protocol = o->mask_proxy_protocol;
-    if (o->socks5_on && o->socks5_mask)
-        log_warn("tls-profile: the site is reached directly, not through socks5, to learn it");
+    l->via_socks = o->socks5_on && o->socks5_mask;
+    if (l->via_socks) {
+        l->socks = o->socks5;
+        l->socks_addr = o->socks5_addr;
+    }
     struct tlsprofile p;
     if (load_stored(l->path, l->sni, &p) == 0) {
         publish(l, &p);
@@ -147,10 +150,11 @@ static int lconn_open(struct tlslearn *l, struct tlslearn_conn *c, void (*cb)(st
                       ev_io *, int), void (*tcb)(struct ev_loop *, ev_timer *, int),
                       double timeout)
 {
-    c->fd = sock_connect(&l->target, NULL);
+    c->fd = sock_connect(l->via_socks ? &l->socks_addr : &l->target, NULL);
     if (c->fd < 0)
         return -1;
     c->connected = 0;
+    c->sd.step = SOCKS_STEP_NONE;
     c->start = ev_now(l->loop);
     ev_io_init(&c->io, cb, c->fd, EV_WRITE);
     c->io.data = l;
@@ -158,6 +162,37 @@ static int lconn_open(struct tlslearn *l, struct tlslearn_conn *c, void (*cb)(st
     ev_timer_init(&c->timer, tcb, timeout, 0);
     c->timer.data = l;
     ev_timer_start(l->loop, &c->timer);
+    return 0;
+}
+
+/* A learner connection became writable or readable before it is connected: its TCP connect
+ * ended, or (through socks5) the SOCKS handshake moved on. Returns 1 when the site is
+ * connected, 0 to wait (watching for reading), -1 with *why on failure. */
+static int lconn_progress(struct tlslearn *l, struct tlslearn_conn *c, const char **why)
+{
+    enum socks_result r;
+    int code = 0;
+    if (c->sd.step == SOCKS_STEP_NONE) {
+        int e = sock_connect_result(c->fd);
+        if (e)
+            return *why = strerror(e), -1;
+        if (!l->via_socks)
+            return 1;
+        r = socks_dial_start(&c->sd, c->fd, &l->socks, why);
+    } else {
+        r = socks_dial_read(&c->sd, c->fd, &l->socks, &l->target.u.sa, why, &code);
+    }
+    if (r == SOCKS_DIAL_FAIL) {
+        char sv[SOCK_ADDR_STRLEN];
+        sock_addr_format(&l->socks_addr, sv, sizeof sv);
+        log_info("tls-profile: socks5 %s: %s (reply %d)", sv, *why, code);
+        return -1;
+    }
+    if (r == SOCKS_DIAL_DONE)
+        return 1;
+    ev_io_stop(l->loop, &c->io);
+    ev_io_set(&c->io, c->fd, EV_READ);
+    ev_io_start(l->loop, &c->io);
     return 0;
 }
 
@@ -272,11 +307,14 @@ static void on_hs_io(struct ev_loop *loop, ev_io *io, int revents)
     struct tlslearn *l = io->data;
     struct tlslearn_conn *c = &l->hs;
     if (!c->connected) {
-        int e = sock_connect_result(c->fd);
-        if (e) {
-            hs_fail(l, strerror(e));
+        const char *why = "connect failed";
+        int r = lconn_progress(l, c, &why);
+        if (r < 0) {
+            hs_fail(l, why);
             return;
         }
+        if (r == 0)
+            return;
         c->connected = 1;
         uint8_t hello[128 + TLSPROFILE_HELLO_MAX], rnd[96], key[32];
         if (crypto_random(rnd, sizeof rnd) || crypto_x25519_public(key)) {
@@ -371,10 +409,14 @@ static void on_idle_io(struct ev_loop *loop, ev_io *io, int revents)
     struct tlslearn *l = io->data;
     struct tlslearn_conn *c = &l->idle;
     if (!c->connected) {
-        if (sock_connect_result(c->fd)) {
+        const char *why = "connect failed";
+        int r = lconn_progress(l, c, &why);
+        if (r < 0) {
             idle_end(l, 0);
             return;
         }
+        if (r == 0)
+            return;
         c->connected = 1;
         c->start = ev_now(loop);
         uint8_t ph[128];

@@ -580,3 +580,24 @@ class FakeWeb:
 
     def close(self):
         self.lst.close()
+
+
+def relay_pair(a, b):
+    """Copies bytes both ways between sockets a and b until either side ends (blocks; one
+    direction in a thread), then shuts both down."""
+    def pump(x, y):
+        try:
+            while True:
+                d = x.recv(65536)
+                if not d:
+                    break
+                y.sendall(d)
+        except OSError:
+            pass
+        for z in (x, y):
+            try:
+                z.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+    threading.Thread(target=pump, args=(b, a), daemon=True).start()
+    pump(a, b)

@@ -175,7 +175,7 @@ def test_metrics_values_parser_promtool(procs, tmp_path):
                  "mtproxy_arena_blocks", "mtproxy_pipes", "mtproxy_dc_pool_total",
                  "mtproxy_replay_cache_entries", "mtproxy_user_limit_refusals_total",
                  "mtproxy_connections_closed_total", "mtproxy_me_links_total",
-                 "mtproxy_me_messages_total", "mtproxy_middle_mode"):
+                 "mtproxy_me_messages_total", "mtproxy_middle_mode", "mtproxy_me_links_open"):
         assert any(k[0] == name for k in smp), name
     # /stats: the same numbers as one JSON document, links (loopback listener) included.
     st = json.loads(http_get(env.mport, "/stats")[2])

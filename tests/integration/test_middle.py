@@ -4,6 +4,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
@@ -426,3 +427,113 @@ def test_check_config(bins, tmp_path):
     rc, out = run_check(bins, tmp_path, *base, "--nat-info", "[fd00::1]:[2001:db8::1]",
                         "--nat-info", "10.0.0.1:203.0.113.1", "--me-pool", "3")
     assert rc == 0, out
+
+
+# --------------------------------------------------------------------------------------------
+# ME links through a SOCKS5 server (socks5 = URL, #16)
+
+def descendants(pid):
+    """pid's child processes, and theirs."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(k) for k in f.read().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in descendants(k)]
+
+
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=T(5)) as r:
+        m = re.search(rf"^{name} (\d+)$", r.read().decode(), re.M)
+    assert m, name
+    return int(m[1])
+
+
+def test_me_links_through_socks5(procs):
+    from test_socks5 import RelaySocks
+    relay = RelaySocks()
+    mport = free_ports(1)[0]
+    try:
+        mid = Middle(procs, extra=["--socks5", f"socks5://127.0.0.1:{relay.port}",
+                                   "--metrics", f"127.0.0.1:{mport}"])
+        wait_ready(mid)
+        me_port = mid.me.port[2]
+        # the link went through the relay to the ME, and the keys matched the address the ME
+        # saw (the relay's outgoing socket, which it reported): the handshake completed
+        assert relay.targets and relay.targets[0][:2] == ("127.0.0.1", me_port), relay.targets
+        assert not mid.me.matching(r"^HANDSHAKE_BAD")
+        assert wait_until(lambda: metric(mport, "mtproxy_me_links_open") == 1, T(5))
+        rc, out, err = mid.client("--tag", "dd", "--echo", 3, "--clients", 2, "--size", 600)
+        assert rc == 0, out + err
+        assert len(mid.me.reqs()) == 6
+        # the relay gone: the link fails (counted), the gauge drops, clients are not served
+        relay.stop()
+        assert wait_until(lambda: metric(mport, "mtproxy_me_links_open") == 0, T(10))
+        assert wait_until(lambda: mid.stats()["me_link_drops"] >= 1, T(10))
+        assert wait_until(lambda: mid.stats()["me_connect_fails"] >= 1, T(10))
+        rc, out, err = mid.client("--tag", "dd", "--echo", 1, "--timeout", 3, timeout=20)
+        assert rc != 0, out
+        # back: the link reconnects through it (after its back-off) and serves again
+        n = len(relay.targets)
+        relay.start()
+        assert wait_until(lambda: len(mid.me.matching(r"^HANDSHAKE_OK")) >= 2, T(40))
+        assert len(relay.targets) > n
+        assert wait_until(lambda: metric(mport, "mtproxy_me_links_open") == 1, T(5))
+        rc, out, err = mid.client("--tag", "ef", "--echo", 2)
+        assert rc == 0, out + err
+    finally:
+        relay.stop()
+
+
+def test_me_links_through_dante(procs):
+    # a real SOCKS5 server that reports its outgoing address: clients served end to end
+    from test_socks5 import dante
+    port, server = dante(procs)
+    mid = Middle(procs, extra=["--socks5", f"socks5://127.0.0.1:{port}"])
+    wait_ready(mid)
+    me_port = mid.me.port[2]
+    assert wait_until(lambda: re.search(rf"-> 127\.0\.0\.1\.\d+ 127\.0\.0\.1\.{me_port}\b",
+                                        server.stderr_tail(50)), T(5)), server.stderr_tail(20)
+    rc, out, err = mid.client("--tag", "ee", "--echo", 3, "--clients", 3, "--size", 2000)
+    assert rc == 0, out + err
+    assert len(mid.me.reqs()) == 9
+    assert mid.stats()["me_links_open"] == 1
+    # the ME is reached only through it: danted and its children (which hold the relayed
+    # link) killed, the link fails
+    tree = descendants(server.pid)
+    server.stop(signal.SIGKILL)
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert wait_until(lambda: mid.stats()["me_links_open"] == 0, T(10))
+
+
+def test_me_refused_by_socks5_is_logged_and_counted(procs):
+    from test_socks5 import ScriptedSocks
+    srv = ScriptedSocks(5)
+    try:
+        mid = Middle(procs, extra=["--socks5", f"socks5://127.0.0.1:{srv.port}"])
+        assert mid.log_wait(r"refused the ME: connection refused \(reply 5\)", T(10)), \
+            mid.proxy.stderr_tail(40)
+        assert srv.connects and srv.connects[0][:2] == b"\x05\x01"
+        assert mid.stats()["me_connect_fails"] >= 1
+        assert not mid.me.matching(r"^HANDSHAKE")  # nothing reached the ME
+    finally:
+        srv.close()
+
+
+def test_me_through_microsocks(procs):
+    # microsocks relays the link (its log names the ME) but reports no bound address (all
+    # zeros): the port the ME sees is unknowable, so the keys cannot match; the proxy says
+    # why and counts the failed handshakes (README: socks5 and middle mode).
+    from test_socks5 import microsocks
+    port, server = microsocks(procs)
+    mid = Middle(procs, extra=["--socks5", f"socks5://127.0.0.1:{port}"])
+    me_port = mid.me.port[2]
+    assert wait_until(lambda: f"connected to 127.0.0.1:{me_port}" in server.stderr_tail(50),
+                      T(10)), server.stderr_tail(20)
+    assert mid.log_wait(r"the socks5 server did not say where it connects from", T(10))
+    assert mid.me.wait_line(r"^HANDSHAKE_BAD", T(10)), mid.me.lines
+    assert wait_until(lambda: mid.stats()["me_handshake_fails"] >= 1, T(10))

@@ -1,4 +1,5 @@
 """test_socks5.py: upstream through SOCKS5: a real server (microsocks), logins, every refusal code."""
+import os
 import shutil
 import signal
 import socket
@@ -8,7 +9,7 @@ import threading
 import pytest
 
 from harness import (DC_IDS, FakeWeb, Proc, T, assert_ok, free_ports, mtproxy_argv, new_secret,
-                     wait_until)
+                     relay_pair, wait_until)
 from proxyinfo import stats
 
 
@@ -22,35 +23,66 @@ def microsocks(procs, user=None, password=None):
         argv += ["-u", user, "-P", password]
     p = Proc("microsocks", argv, procs.workdir)
     procs.all.append(p)
-
-    def up():
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-    assert wait_until(up, T(5)), "microsocks did not start"
+    assert wait_until(lambda: _listening(port), T(5)), "microsocks did not start"
     return port, p
 
 
+def dante(procs):
+    """Dante's danted (Debian dante-server) on a loopback port, no login, connects logged to its
+    stderr. Unlike microsocks it reports in the CONNECT reply where it connects from."""
+    exe = shutil.which("danted") or ("/usr/sbin/danted" if os.access("/usr/sbin/danted", os.X_OK)
+                                     else None)
+    if not exe:
+        pytest.skip("danted not installed (Debian package dante-server)")
+    port = free_ports(1)[0]
+    conf = os.path.join(procs.workdir, f"danted-{port}.conf")
+    with open(conf, "w") as f:
+        f.write(f"logoutput: stderr\ninternal: 127.0.0.1 port = {port}\nexternal: 127.0.0.1\n"
+                "clientmethod: none\nsocksmethod: none\nuser.privileged: root\n"
+                "user.unprivileged: nobody\n"
+                "client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }\n"
+                "socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }\n")
+    p = Proc("danted", [exe, "-f", conf, "-N", "1"], procs.workdir)
+    procs.all.append(p)
+    assert wait_until(lambda: _listening(port), T(10)), p.stderr_tail(20)
+    return port, p
+
+
+def _listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
 class ScriptedSocks:
-    """A SOCKS5 server that accepts the greeting and answers every CONNECT with `code`."""
+    """A SOCKS5 server that accepts the greeting and answers every CONNECT with `code`.
+    stop() closes its listener and the connections it holds; start() listens again on the same
+    port."""
 
     def __init__(self, code):
         self.code = code
-        self.connects = []
+        self.connects = []  # each CONNECT request's first 4 bytes
+        self.held = []
+        self.port = 0
+        self.start()
+
+    def start(self):
         self.lst = socket.socket()
-        self.lst.bind(("127.0.0.1", 0))
+        self.lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lst.bind(("127.0.0.1", self.port))
         self.lst.listen(16)
         self.port = self.lst.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._accept, args=(self.lst,), daemon=True).start()
 
-    def _accept(self):
+    def _accept(self, lst):
         while True:
             try:
-                c, _ = self.lst.accept()
+                c, _ = lst.accept()
             except OSError:
                 return
+            self.held.append(c)
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     def _serve(self, c):
@@ -61,17 +93,54 @@ class ScriptedSocks:
             c.sendall(b"\x05\x00")
             req = c.recv(4)
             alen = {1: 4, 4: 16}.get(req[3], 0)
-            c.recv(alen + 2)
+            addr = c.recv(alen + 2)
             self.connects.append(req)
-            c.sendall(bytes([5, self.code, 0, 1, 0, 0, 0, 0, 0, 0]))
-            c.recv(1)
-        except OSError:
+            self.answer(c, req, addr)
+        except (OSError, IndexError):
             pass
         finally:
             c.close()
 
-    def close(self):
+    def answer(self, c, req, addr):
+        c.sendall(bytes([5, self.code, 0, 1, 0, 0, 0, 0, 0, 0]))
+        c.recv(1)
+
+    def stop(self):
+        try:
+            self.lst.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept
+        except OSError:
+            pass
         self.lst.close()
+        for s in self.held:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self.held = []
+
+    close = stop
+
+
+class RelaySocks(ScriptedSocks):
+    """A relaying SOCKS5 server (IPv4 targets, no login) that, like Dante, reports in its
+    CONNECT reply the address it connects from (BND.ADDR/BND.PORT). .targets: (host, port,
+    our outgoing port) per CONNECT."""
+
+    def __init__(self):
+        self.targets = []
+        super().__init__(0)
+
+    def answer(self, c, req, addr):
+        host, port = socket.inet_ntoa(addr[:4]), int.from_bytes(addr[4:6], "big")
+        up = socket.create_connection((host, port), timeout=5)
+        self.held.append(up)
+        bh, bp = up.getsockname()
+        self.targets.append((host, port, bp))
+        c.sendall(b"\x05\x00\x00\x01" + socket.inet_aton(bh) + bp.to_bytes(2, "big"))
+        c.settimeout(None)
+        up.settimeout(None)
+        relay_pair(c, up)
 
 
 def proxy_via(procs, url, extra=()):

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import os
 import re
+import signal
 import socket
 import ssl
 import struct
@@ -16,7 +17,8 @@ import time
 import pytest
 
 import tgprobe
-from harness import (DC_IDS, MODES, T, Std, assert_ok, free_ports, new_secret, wait_until)
+from harness import (DC_IDS, MODES, T, Std, assert_ok, free_ports, new_secret, relay_pair,
+                     wait_until)
 import rawclient
 from rawclient import TAGS, _forbidden
 
@@ -418,23 +420,7 @@ class ProxyHeaderFront(LoopbackServer):
             line += b
         self.headers.append(line)
         up = socket.create_connection(("127.0.0.1", self.site_port))
-
-        def pump(a, b):
-            try:
-                while True:
-                    d = a.recv(65536)
-                    if not d:
-                        break
-                    b.sendall(d)
-            except OSError:
-                pass
-            for x in (a, b):
-                try:
-                    x.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        threading.Thread(target=pump, args=(up, c), daemon=True).start()
-        pump(c, up)
+        relay_pair(c, up)
 
 
 def test_profile_learned_through_proxy_protocol(procs, sites):
@@ -454,6 +440,34 @@ def test_profile_learned_through_proxy_protocol(procs, sites):
                                      for h in front.headers), front.headers
     finally:
         front.stop()
+
+
+def test_profile_learned_through_socks5(procs, sites):
+    # socks5 with socks5-mask: the learner reaches the site through the SOCKS server (#16)
+    from test_socks5 import microsocks
+    site = sites("ec256-leaf")
+    _, _, recs = site_flight(site.port)
+    port, server = microsocks(procs)
+    key, secret, dc, proxy = proxy_env(procs, ["--tls-profile", "on", "--tls-profile-idle-max",
+                                               "300ms", "--socks5", f"socks5://127.0.0.1:{port}",
+                                               "--socks5-mask", "on"], mask_port=site.port)
+    wait_log(proxy, r"tls-profile: learned ", 10)
+    prof = stored_profile(os.path.join(procs.workdir, "mtproxy.state.tls-profile"))
+    assert len(prof["recs"]) == len(recs) and prof["recs"][1][0] == recs[1], (prof, recs)
+    assert int(prof["cipher"], 16) == site.suite, prof
+    # microsocks made the learner's connections (no client has come yet)
+    assert wait_until(lambda: server.stderr_tail(200).count(f"connected to 127.0.0.1:{site.port}")
+                      >= 2, T(5)), server.stderr_tail(20)
+    assert not log_matching(proxy, r"reached directly")
+    # the SOCKS server gone: nothing is learned (the site is not dialled directly)
+    server.stop(signal.SIGKILL)
+    os.unlink(os.path.join(procs.workdir, "mtproxy.state.tls-profile"))
+    proxy.stop()
+    _, _, _, proxy2 = proxy_env(procs, ["--tls-profile", "on", "--socks5",
+                                        f"socks5://127.0.0.1:{port}", "--socks5-mask", "on"],
+                                mask_port=site.port)
+    wait_log(proxy2, r"tls-profile: cannot learn the first flight of www\.example\.com", 5)
+    assert not log_matching(proxy2, r"tls-profile: learned ")
 
 
 def test_site_unreachable_builtin_logged_once(procs):
