@@ -540,9 +540,11 @@ def test_doctor(bins, tmp_path):
     lib = [p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
                        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1")
            if os.path.exists(p)]
-    if shutil.which("faketime") and lib and not os.environ.get("MTPROXY_EMULATOR"):
-        env = dict(os.environ, FAKETIME="@2001-01-01 00:00:00",
-                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+    # Not under ASan: libfaketime's preload and ASan's interceptors can deadlock at start (seen:
+    # a doctor stuck on a futex); the plain build's run checks the clock.
+    if shutil.which("faketime") and lib and not os.environ.get("MTPROXY_EMULATOR") \
+            and not os.environ.get("ASAN_OPTIONS"):
+        env = dict(os.environ, FAKETIME="@2001-01-01 00:00:00")
         env["LD_PRELOAD"] = lib[0]
         rc, lines, out = doctor(bins, tmp_path, good, "--offline", env=env)
         assert rc == 1 and level(lines, "clock") == {"FAIL"} and "NTP" in out.replace(
