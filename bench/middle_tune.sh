@@ -11,7 +11,8 @@
 #   dl64: 64 clients downloading in 512 KiB parts, 4 in flight (as apps fetch files): MiB/s,
 #         the proxy's CPU s per GiB, clients that failed (closed as slow);
 #   iso:  200 clients; 199 download 1 MiB each alone (stall0) and beside one that asks for
-#         16 MiB and never reads (stall1): the 199's MiB/s and its ratio stall1/stall0;
+#         16 MiB and never reads (stall1): the 199's MiB/s and its ratio stall1/stall0, and
+#         when (seconds after its connect, from the log-connections line) it was closed;
 #   slow16: 16 clients reading at 1 MiB/s each through 64 KiB receive buffers (slow, far
 #         clients) downloading 2 MiB in 512 KiB parts, 4 in flight: how many were closed as
 #         slow although they read;
@@ -86,7 +87,7 @@ run() {
 }
 
 CSV=$OUT/middle_tune.csv
-echo "key,value,workload,run,mibps,cpu_s_per_gib,fails" >"$CSV"
+echo "key,value,workload,run,mibps,cpu_s_per_gib,fails,slow_close_s,slow_close_down" >"$CSV"
 echo "key,value,peak_rss_kb,slow_closed,link_pauses" >"$WORK/per.csv"
 
 # sweep KEY DEFAULT "VALUES" WORKLOADS...
@@ -100,6 +101,7 @@ sweep() {
         for w in "$@"; do
             for v in $vals; do
                 name=v$v
+                logged=$(wc -l <"$WORK/$name.log")
                 case $w in
                 dl64) read -r m c f < <(run "$name" --clients 64 --download "$DL" \
                           --chunk 65536 --part 524288 --window 4) ;;
@@ -114,7 +116,11 @@ sweep() {
                           --size 524288) ;;
                 up1) read -r m c f < <(run "$name" --echo $((ECHOES * 4)) --size 524288) ;;
                 esac
-                echo "$key,$v,$w,$r,$m,$c,$f" >>"$CSV"
+                # a client closed as slow: seconds from its connect, bytes sent it (log-connections)
+                read -r cs cd < <(tail -n +$((logged + 1)) "$WORK/$name.log" |
+                    sed -n 's/.* down \([0-9]*\) bytes duration \([0-9.]*\) s reason slow-client.*/\2 \1/p' |
+                    tail -1) || true
+                echo "$key,$v,$w,$r,$m,$c,$f,${cs:-},${cd:-}" >>"$CSV"
                 echo "middle_tune.sh: $key=$v $w run $r: $m MiB/s $c s/GiB fails $f" >&2
             done
         done
@@ -154,10 +160,11 @@ sumf() { awk -F, -v k="$1" -v v="$2" -v w="$3" '$1 == k && $2 == v && $3 == w {s
     echo "$(date -u '+%Y-%m-%d %H:%M') UTC on $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg);"
     echo "${EXTRA[*]:+Every proxy with ${EXTRA[*]}. }One worker per proxy, values alternated within each round, medians of $REPEAT rounds."
     echo "dl64: 64 x $((DL >> 20)) MiB in 512 KiB parts, 4 in flight; iso: 199 x 1 MiB alone (0) and"
-    echo "beside one stalled 16 MiB download (1); up64: 64 x $ECHOES echoes of 512 KiB. x = ratio to the default."
+    echo "beside one stalled 16 MiB download (1); slow16: 16 x 2 MiB read at 1 MiB/s; up64: 64 x $ECHOES"
+    echo "echoes of 512 KiB, up1: 1 x $((ECHOES * 4)). x = ratio to the default; fails summed over the rounds."
     echo
-    echo "| key = value | dl64 MiB/s (x) | dl64 CPU s/GiB | dl64 fails | iso0 / iso1 MiB/s (1/0) | slow16 fails | up64 MiB/s (x) | up1 MiB/s (x) | peak RSS KiB | slow closed | link pauses |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| key = value | dl64 MiB/s (x) | dl64 CPU s/GiB | dl64 fails | iso0 / iso1 MiB/s (1/0) | stalled closed after s, MiB sent | slow16 fails | up64 MiB/s (x) | up1 MiB/s (x) | peak RSS KiB | slow closed | link pauses |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for kv in "me-pool 2 1 2 4" "me-link-buffer 8M 2M 8M 32M" \
         "me-client-buffer 4M 256k 1M 4M 16M" "me-request-buffer 256k 64k 256k 1M"; do
         set -- $kv
@@ -174,7 +181,7 @@ sumf() { awk -F, -v k="$1" -v v="$2" -v w="$3" '$1 == k && $2 == v && $3 == w {s
             u1=$(med "$key" "$v" up1 5) u1d=$(med "$key" "$def" up1 5)
             up1c=$([ -n "$u1" ] && echo "$u1 ($(ratio "$u1" "$u1d"))" || echo -)
             echo "| $key = $v | $dlc | $(med "$key" "$v" dl64 6) | $(sumf "$key" "$v" dl64) |" \
-                "$isoc | $(sumf "$key" "$v" slow16) | $upc | $up1c | $(per "$key" "$v" 3) | $(per "$key" "$v" 4) | $(per "$key" "$v" 5) |"
+                "$isoc | $(med "$key" "$v" iso1 8)$(med "$key" "$v" iso1 9 | awk '$1 != "" {printf ", %.1f", $1 / 1048576}') | $(sumf "$key" "$v" slow16) | $upc | $up1c | $(per "$key" "$v" 3) | $(per "$key" "$v" 4) | $(per "$key" "$v" 5) |"
         done
     done
 } >"$OUT/middle_tune.md"
