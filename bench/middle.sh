@@ -35,66 +35,22 @@ MTPROXY=$BUILD/mtproxy
 LOAD=$BUILD/bench/bench_load
 FAKE_ME=$BUILD/tests/tools/fake_me
 ME_CLIENT=$BUILD/tests/tools/me_client
-for b in "$MTPROXY" "$LOAD" "$FAKE_ME" "$ME_CLIENT"; do
-    [ -x "$b" ] || { echo "middle.sh: $b not built" >&2; exit 1; }
-done
 if [ "$QUICK" = 1 ]; then
     REPEAT=1
     BYTES1=$((64 << 20)) BYTES64=$((1 << 20)) SECS=1 IDLE=500 ECHOES=200
 else
     BYTES1=$((512 << 20)) BYTES64=$((8 << 20)) SECS=3 IDLE=8000 ECHOES=2000
 fi
+[ -x "$LOAD" ] || { echo "middle.sh: $LOAD not built" >&2; exit 1; }
 mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/mtproxy-middle.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-ulimit -n 20000
+# shellcheck source=bench/lib_middle.sh
+. "$ROOT/bench/lib_middle.sh"
+middle_init middle
 
-port() { # a free loopback port
-    local p
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 12000))
-        ss -ltn | grep -q ":$p " || { echo "$p"; return; }
-    done
-    exit 1
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-now() { date +%s.%N; }
-HZ=$(getconf CLK_TCK)
-
-SECRET=$("$MTPROXY" generate-secret)
-DD=dd$SECRET
-head -c 128 /dev/urandom >"$WORK/proxy-secret"
-MEPORT=$(port)
-"$FAKE_ME" --secret-file "$WORK/proxy-secret" --listen "127.0.0.1:$MEPORT,2" >"$WORK/me.out" 2>&1 &
-PIDS+=($!)
-printf 'default 2;\nproxy_for 2 127.0.0.1:%s;\n' "$MEPORT" >"$WORK/proxy-multi.conf"
-
-# start NAME PORT ARGS...: mtproxy with one worker; sets PID_<NAME> (mtproxy's own pid).
-start() {
-    local name=$1 p=$2
-    shift 2
-    "$MTPROXY" --listen "127.0.0.1:$p" --workers 1 --mask off --secret "b:$SECRET" \
-        --log "$WORK/$name.log" --pidfile "$WORK/$name.pid" --state-file "$WORK/$name.state" \
-        --probe-limit-per-ip 0 --max-connections 12000 "$@" >"$WORK/$name.out" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 200); do
-        [ -s "$WORK/$name.pid" ] && ss -ltn | grep -q "127.0.0.1:$p " && break
-        sleep 0.05
-    done
-    printf -v "PID_$name" '%s' "$(cat "$WORK/$name.pid")"
-}
 PM=$(port) PD=$(port) PN=$(port) LOADDC=$(port)
-start middle "$PM" --ad-tag 0123456789abcdef0123456789abcdef --me-pool 2 \
+middle_start middle "$PM" --ad-tag 0123456789abcdef0123456789abcdef --me-pool 2 \
     --proxy-secret-file "$WORK/proxy-secret" --proxy-config-file "$WORK/proxy-multi.conf"
-start direct "$PD" --dc-builtin off --dc "2 127.0.0.1:$LOADDC"
+middle_start direct "$PD" --dc-builtin off --dc "2 127.0.0.1:$LOADDC"
 sleep 0.5
 
 CSV=$OUT/middle.csv
@@ -136,7 +92,7 @@ done
 kill "$PID_direct"
 # direct with fast mode off: the proxy does the AES both ways, as middle mode must
 NDC=$(port)
-start nofast "$PN" --dc-builtin off --dc "2 127.0.0.1:$NDC" --fast-mode off
+middle_start nofast "$PN" --dc-builtin off --dc "2 127.0.0.1:$NDC" --fast-mode off
 for n in 1 64; do
     for r in $(seq "$REPEAT"); do
         read -r d dc < <(direct_down "$n" nofast "$PID_nofast" "$PN" "$NDC")

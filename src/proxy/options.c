@@ -574,7 +574,8 @@ const struct config_option options_table[] = {
      .def = "4M", .min = 16384, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
      "mode: most bytes queued toward one client. A link carries no per-client window, so it "
      "is never paused for one slow client: past this that client alone is closed (counted "
-     "as slow)."},
+     "as slow). Keep it above what a client has in flight (apps: 4 x 512 KiB parts) and "
+     "below me-link-buffer, else one stalled client pauses its link (BENCHMARKS.md)."},
     {.name = "me-request-buffer", .type = CFG_SIZE, .offset = OFF(me_request_buffer),
      .def = "256k", .min = 4096, .max = 1LL << 30, .arg = "BYTES", .help = "Middle-proxy "
      "mode: most bytes of one client queued toward its ME; past it that client is not read "
@@ -582,7 +583,7 @@ const struct config_option options_table[] = {
     {.name = "me-link-buffer", .type = CFG_SIZE, .offset = OFF(me_link_buffer), .def = "8M",
      .min = 65536, .max = 1LL << 32, .arg = "BYTES", .help = "Middle-proxy mode: most bytes "
      "read from one link and not yet written to its clients; past it the link is not read "
-     "until they drain."},
+     "until they drain. Keep it about twice me-client-buffer."},
     {.name = "allow", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
      .parse = parse_allow, .reset = reset_allow,
      .help = "Serve only clients from this network (an address or CIDR, IPv4 or IPv6; "

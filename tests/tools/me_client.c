@@ -16,7 +16,7 @@
  * Usage: me_client --proxy ADDR:PORT --secret HEX [--tag ef|ee|dd] [--dc N] [--clients N]
  *                  [--echo COUNT [--size BYTES] [--quickack] [--gap-ms MS]]
  *                  [--download BYTES [--chunk B] [--part B --window N]]
- *                  [--stall K [--stall-bytes B]] [--hold-ms MS]
+ *                  [--stall K [--stall-bytes B]] [--rate KIB] [--hold-ms MS]
  *                  [--timeout S]
  *
  * Each client connects (an ee secret: FakeTLS first, then everything in records), sends the
@@ -28,6 +28,8 @@
  *     outstanding, as apps fetch files); the answers must carry the fake ME's pattern.
  *   --stall K: the first K clients send their request (for --stall-bytes), then never read
  *     (until the others end, and --hold-ms more).
+ *   --rate KIB: each reading client reads at most KIB KiB per second, through a 64 KiB
+ *     receive buffer (a slow, far client: what reaches it queues in the proxy).
  *   --hold-ms MS with --echo: each client stays connected, idle, MS after its echoes.
  * Output: CLIENT i port=P (once connected), then per client OK i bytes=N secs=S or
  * FAIL i why=TEXT, then SUMMARY ok=N fail=N bytes=N secs=S mibps=X min_mibps=X med_mibps=X
@@ -48,6 +50,7 @@ struct opts {
     uint32_t part;        /* --download in requests of this many bytes (0 = one request) */
     int window;           /* ... with at most this many outstanding */
     uint64_t stall_bytes; /* --download: what a stalled client asks for (default: --download) */
+    uint64_t rate;        /* bytes per second a reading client reads at most (0: no limit) */
 };
 
 struct client {
@@ -63,6 +66,7 @@ struct client {
     double rtt_sum, rtt_max; /* --echo: round trips, seconds */
     uint64_t bytes;
     double secs;
+    int64_t t0_us; /* --rate: when the client started reading */
     char why[96];
 };
 
@@ -162,6 +166,14 @@ static int fill(struct client *c, size_t want) {
         c->cap = cap;
     }
     while (c->len < want) {
+        if (c->o->rate) { /* --rate: no further than rate * elapsed */
+            int64_t due = c->t0_us + (int64_t)(c->bytes * 1000000 / c->o->rate);
+            int64_t t = now_us();
+            if (due > t)
+                usleep((useconds_t)(due - t < 100000 ? due - t : 100000));
+            if (due > t)
+                continue;
+        }
         ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
         if (r > 0 && c->tls) {
             size_t m = 0;
@@ -341,6 +353,9 @@ static void *run_client(void *arg) {
     if (c->idx < o->stall && c->fd >= 0) { /* little kernel buffering for one that never reads */
         int small = 4096;
         setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    } else if (o->rate && c->fd >= 0) {
+        int rcv = 65536;
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
     }
     if (c->fd < 0 || connect(c->fd, (const struct sockaddr *)&o->proxy, o->proxy_len)) {
         fail(c, "connect");
@@ -367,6 +382,7 @@ static void *run_client(void *arg) {
     obfs2_seal(plain, c->enc, wire);
     if (send_raw(c, wire, sizeof wire))
         goto done;
+    c->t0_us = now_us();
     rc = o->echo ? run_echo(c) : run_download(c);
 done:
     c->secs = (double)(tn_now_ms() - t0) / 1000.0;
@@ -393,7 +409,7 @@ static int cmp_double(const void *a, const void *b) {
 static void usage(void) {
     fprintf(stderr, "usage: me_client --proxy ADDR:PORT --secret HEX [--tag ef|ee|dd] [--dc N] "
                     "[--clients N] [--echo N [--size B] [--quickack]] [--download B [--chunk B]] "
-                    "[--stall K] [--hold-ms MS] [--timeout S]\n");
+                    "[--stall K] [--rate KIB] [--hold-ms MS] [--timeout S]\n");
     exit(2);
 }
 
@@ -450,6 +466,8 @@ int main(int argc, char **argv) {
             o.stall_bytes = strtoull(v, NULL, 10);
         } else if (!strcmp(a, "--stall")) {
             o.stall = atoi(v);
+        } else if (!strcmp(a, "--rate")) {
+            o.rate = strtoull(v, NULL, 10) * 1024;
         } else if (!strcmp(a, "--hold-ms")) {
             o.hold_ms = atoi(v);
         } else if (!strcmp(a, "--timeout")) {
