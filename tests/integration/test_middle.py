@@ -294,6 +294,7 @@ def test_right_nat_info_works(procs):
     wait_ready(mid)
     rc, out, err = mid.client("--echo", 2)
     assert rc == 0, out + err
+    assert wait_until(lambda: mid.me.reqs(), 5), mid.me.lines  # fake_me's line may lag the echo
     r = mid.me.reqs()[0]
     assert r[6].startswith("10.9.8.7:")  # our address as the ME knows it
 
@@ -309,6 +310,7 @@ def test_client_close_tells_the_me_and_close_ext_closes_the_client(procs):
     wait_ready(mid)
     rc, out, err = mid.client("--echo", 1)
     assert rc == 0
+    assert wait_until(lambda: mid.me.reqs(), 5), mid.me.lines
     conn = mid.me.reqs()[0][2]
     assert mid.me.wait_line(rf"^CLOSE_CONN listener=2 conn={conn}$", 5)
 
