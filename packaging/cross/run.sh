@@ -23,12 +23,14 @@ export DEBIAN_FRONTEND=noninteractive
 src=$(cd "$(dirname "$0")/../.." && pwd)
 # Under qemu everything is several times slower: leave out the suites that measure load or
 # run for minutes by design (load: 200 connections and 10 MB transfers, ~90 s per arch; soak;
-# faults), and two whose subject is the same on every CPU (metrics: the HTTP server, page and
-# Prometheus; stealth: a site's TLS profile and record timing; their parsers' unit tests do
-# run), to keep four arches, two at a time, within ~15 minutes; every other unit, packaging
-# and integration suite runs (middle mode and users too: byte order and 32-bit counters).
+# faults), and those whose subject is the same on every CPU and that run long under
+# emulation (metrics: the HTTP server, page and Prometheus; stealth: a site's TLS profile and
+# record timing; users: limits and reload with 10,000 users; perf: read widths and busy-poll;
+# their units' tests do run: unit_users, unit_stat, unit_shared64, unit_tlsprofile, unit_http),
+# to keep four arches, two at a time, within ~15 minutes; every other unit, packaging and
+# integration suite runs (middle mode too: its wire format meets byte order).
 # MTPROXY_CROSS_EXCLUDE= runs everything.
-exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth)}
+exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth|users|perf)}
 # Two arches at once on two cores give each about half the CPU: slower again under qemu.
 slow_default=2
 [ "${MTPROXY_CROSS_PARALLEL:-1}" -le 1 ] || slow_default=3
