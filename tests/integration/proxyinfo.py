@@ -36,7 +36,9 @@ def stats(proxy, timeout=5.0):
     assert wait_until(lambda: count() > before, timeout), "no stats after SIGUSR1"
     text = proxy.stderr_tail(100000)
     out = {}
-    for line in text[text.rindex("stats: accepted"):].splitlines():
+    # the last batch starts at "stats: accepted N" ("stats: accepted per worker" follows it)
+    start = [m.start() for m in re.finditer(r"stats: accepted \d", text)][-1]
+    for line in text[start:].splitlines():
         if "stats:" in line:
             for k, v in re.findall(r"([a-z_-]+) (\d+)", line.split("stats:", 1)[1]):
                 out[k] = int(v)
