@@ -271,12 +271,15 @@ class EeClient:
         """Reads records to EOF (or until until_bytes of payload): [(length, payload)]."""
         out, total, paused = [], 0, False
         while until_bytes is None or total < until_bytes:
+            # Not recv(5, MSG_WAITALL): a socket with a timeout is non-blocking underneath, so
+            # that returns a header split across segments in part (seen under load).
             try:
-                hdr = self.s.recv(5, socket.MSG_WAITALL)
+                first = self.s.recv(5)
             except ConnectionResetError:
                 break
-            if len(hdr) < 5:
+            if not first:
                 break
+            hdr = first + (read_exact(self.s, 5 - len(first)) if len(first) < 5 else b"")
             assert hdr[:3] == b"\x17\x03\x03", hdr
             n = struct.unpack(">H", hdr[3:])[0]
             assert 0 < n <= 16384, n
