@@ -7,10 +7,14 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <unistd.h>
 
 #include "proto/frame.h"
 #include "proto/obfs2.h"
 #include "proto/rpc.h"
+#include "loopback_guard.h"
 #include "testutil.h"
 
 static void hex_eq(const uint8_t *got, const char *hex)
@@ -266,6 +270,30 @@ static void test_config_good(void **state)
     assert_int_equal(c.e[4].dc, 4);
     assert_true(c.e[5].v6);
     hex_eq(c.e[5].ip, "20010b28f23df001000000000000000d");
+    /* Telegram's real ME addresses are only parsed here: the connect guard every unit test is
+     * linked with refuses each of them before the kernel sees it (on a closed descriptor, so
+     * nothing would be sent even without the guard). */
+    for (int i = 0; i < c.n; i++) {
+        struct sockaddr_storage ss = {0};
+        socklen_t len;
+        if (c.e[i].v6) {
+            struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+            a6->sin6_family = AF_INET6;
+            memcpy(&a6->sin6_addr, c.e[i].ip, 16);
+            a6->sin6_port = htons((uint16_t)c.e[i].port);
+            len = sizeof *a6;
+        } else {
+            struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+            a4->sin_family = AF_INET;
+            memcpy(&a4->sin_addr, c.e[i].ip, 4);
+            a4->sin_port = htons((uint16_t)c.e[i].port);
+            len = sizeof *a4;
+        }
+        assert_false(loopback_guard_allows((struct sockaddr *)&ss, len));
+        errno = 0;
+        assert_int_equal(connect(-1, (struct sockaddr *)&ss, len), -1);
+        assert_int_equal(errno, EACCES);
+    }
 }
 
 static void test_config_bad(void **state)
