@@ -98,8 +98,18 @@ void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypt
                               size_t n, uint8_t out[CRYPTO_SHA256_LEN]);
 
 /* Writes the 32-byte public key of a freshly generated X25519 key pair (the private key is
- * discarded): a real curve point for a ServerHello key_share. Returns 0, or -1 on failure. */
+ * discarded): a real curve point for a ServerHello key_share. Returns 0, or -1 on failure.
+ * (src/crypto/x25519.c: a few µs on 64-bit targets; OpenSSL's keygen elsewhere.) */
 int crypto_x25519_public(uint8_t out[32]);
+
+/* X25519(scalar, 9) (RFC 7748): the public key of a 32-byte private key, clamped here.
+ * Variable time: only for keys that are thrown away. Returns 0, or -1 on failure. */
+int crypto_x25519_public_vartime(uint8_t out[32], const uint8_t scalar[32]);
+
+/* The same for n (1..CRYPTO_X25519_BATCH_MAX) keys at once, sharing one field inversion. */
+#define CRYPTO_X25519_BATCH_MAX 8
+int crypto_x25519_public_batch_vartime(uint8_t (*out)[32], const uint8_t (*scalars)[32],
+                                       size_t n);
 
 /* --- middle-proxy link: MD5, SHA-1 (key derivation) and AES-256-CBC (PROTOCOL.md 6.4) --- */
 

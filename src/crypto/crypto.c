@@ -1,4 +1,4 @@
-/* crypto.c: AES-256-CTR, SHA-256, HMAC-SHA256, X25519 keys and randomness over OpenSSL. */
+/* crypto.c: AES-256-CTR, SHA-256, HMAC-SHA256 and randomness over OpenSSL. */
 #include "crypto/crypto.h"
 
 #include <limits.h>
@@ -384,17 +384,6 @@ void crypto_hmac_sha256_spans(const void *key, size_t keylen, const struct crypt
     OPENSSL_cleanse(inner, sizeof inner);
     if (!ok)
         digest_failed(out);
-}
-
-int crypto_x25519_public(uint8_t out[32]) {
-    EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, NULL);
-    EVP_PKEY *pk = NULL;
-    size_t len = 32;
-    int ok = pc && EVP_PKEY_keygen_init(pc) == 1 && EVP_PKEY_keygen(pc, &pk) == 1 &&
-             EVP_PKEY_get_raw_public_key(pk, out, &len) == 1 && len == 32;
-    EVP_PKEY_free(pk);
-    EVP_PKEY_CTX_free(pc);
-    return ok ? 0 : -1;
 }
 
 /* --- middle-proxy link ---------------------------------------------------------------- */

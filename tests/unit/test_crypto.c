@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
+#include <pthread.h>
 
 #include "testutil.h"
 
@@ -264,6 +266,111 @@ static void test_ctr_block_matches_stream(void **state) {
 
 /* crypto_random_fast: no zeros left, two draws differ, and a draw across the 1 MiB re-key
  * boundary is filled to its last byte (byte frequencies near uniform over 2 MiB). */
+/* RFC 7748 section 6.1: Alice's and Bob's key pairs. */
+static void test_x25519_rfc7748(void **state) {
+    (void)state;
+    static const char *const v[][2] = {
+        {"77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a",
+         "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"},
+        {"5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb",
+         "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        uint8_t k[32], want[32], got[32];
+        unhex(v[i][0], k);
+        unhex(v[i][1], want);
+        assert_int_equal(crypto_x25519_public_vartime(got, k), 0);
+        assert_memory_equal(got, want, 32);
+    }
+}
+
+/* OpenSSL's own X25519 public key for the same private key. */
+static void openssl_x25519(uint8_t out[32], const uint8_t k[32]) {
+    EVP_PKEY *pk = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, k, 32);
+    size_t len = 32;
+    assert_non_null(pk);
+    assert_int_equal(EVP_PKEY_get_raw_public_key(pk, out, &len), 1);
+    assert_int_equal(len, 32);
+    EVP_PKEY_free(pk);
+}
+
+/* Agrees with OpenSSL for n random scalars (any bytes: clamping is the function's job) and
+ * for the edge scalars; returns the number of disagreements. */
+static int x25519_disagreements(int n, unsigned seed) {
+    int bad = 0;
+    for (int i = 0; i < n + 3; i++) {
+        uint8_t k[32], got[32], want[32];
+        if (i < n) {
+            assert_int_equal(crypto_random(k, sizeof k), 0);
+        } else {
+            memset(k, i == n ? 0x00 : 0xff, sizeof k); /* the smallest and largest clamped */
+            if (i == n + 2)
+                k[0] = (uint8_t)seed;
+        }
+        assert_int_equal(crypto_x25519_public_vartime(got, k), 0);
+        openssl_x25519(want, k);
+        bad += memcmp(got, want, 32) != 0;
+    }
+    return bad;
+}
+
+static void test_x25519_matches_openssl(void **state) {
+    (void)state;
+    assert_int_equal(x25519_disagreements(2000, 7), 0);
+    uint8_t a[32], b[32], want[32];
+    assert_int_equal(crypto_x25519_public(a), 0);
+    assert_int_equal(crypto_x25519_public(b), 0);
+    assert_false(memcmp(a, b, 32) == 0);
+    memset(want, 0, sizeof want);
+    assert_false(memcmp(a, want, 32) == 0);
+}
+
+/* Batches of every size agree with OpenSSL key by key (one shared inversion per batch). */
+static void test_x25519_batch(void **state) {
+    (void)state;
+    uint8_t k[CRYPTO_X25519_BATCH_MAX][32], got[CRYPTO_X25519_BATCH_MAX][32], want[32];
+    for (size_t n = 1; n <= CRYPTO_X25519_BATCH_MAX; n++)
+        for (int round = 0; round < 20; round++) {
+            assert_int_equal(crypto_random(k, sizeof k), 0);
+            assert_int_equal(
+                crypto_x25519_public_batch_vartime(got, (const uint8_t(*)[32])k, n), 0);
+            for (size_t b = 0; b < n; b++) {
+                openssl_x25519(want, k[b]);
+                assert_memory_equal(got[b], want, 32);
+            }
+        }
+    assert_int_equal(crypto_x25519_public_batch_vartime(got, (const uint8_t(*)[32])k, 0), -1);
+    assert_int_equal(crypto_x25519_public_batch_vartime(got, (const uint8_t(*)[32])k,
+                                                        CRYPTO_X25519_BATCH_MAX + 1),
+                     -1);
+    /* crypto_x25519_public hands out batch after batch: all distinct. */
+    uint8_t seen[3 * CRYPTO_X25519_BATCH_MAX][32];
+    for (size_t i = 0; i < 3 * CRYPTO_X25519_BATCH_MAX; i++) {
+        assert_int_equal(crypto_x25519_public(seen[i]), 0);
+        for (size_t j = 0; j < i; j++)
+            assert_false(memcmp(seen[i], seen[j], 32) == 0);
+    }
+}
+
+static void *x25519_thread(void *arg) {
+    int *bad = arg;
+    *bad = x25519_disagreements(200, 3);
+    crypto_thread_cleanup();
+    return NULL;
+}
+
+/* Threads that race to the first key (the comb table is built once) all get right answers. */
+static void test_x25519_threads(void **state) {
+    (void)state;
+    pthread_t t[4];
+    int bad[4] = {-1, -1, -1, -1};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, x25519_thread, &bad[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(bad[i], 0);
+    }
+}
+
 static void test_random_fast(void **state) {
     (void)state;
     uint8_t a[4096], b[4096];
@@ -348,6 +455,10 @@ int main(void) {
         cmocka_unit_test(test_random_fast),
         cmocka_unit_test(test_ctr_park_resumes),
         cmocka_unit_test(test_memeq),
+        cmocka_unit_test(test_x25519_threads),
+        cmocka_unit_test(test_x25519_rfc7748),
+        cmocka_unit_test(test_x25519_matches_openssl),
+        cmocka_unit_test(test_x25519_batch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     crypto_thread_cleanup();
