@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""perf_split.py: where a relay's CPU goes, from `perf record -g` samples of the proxy.
+
+    bench/perf_split.py PERF.DATA [--cpu-per-gb X] [--floor F]
+
+Reads `perf script` of PERF.DATA and puts each sample in one bucket, by its call chain:
+  softirq     under the softirq handler (on loopback mostly the peers' TCP receive and send)
+  aes         in libcrypto (the two AES-CTR passes)
+  copy        the kernel's user copies (_copy_to_iter / _copy_from_iter and the like)
+  wake        _raw_spin_unlock_irqrestore etc. outside softirq: waking a peer, timers
+              (in a VM with cpu-clock sampling, time with interrupts off lands here)
+  tcp-recv    the rest of read/readv/recvmsg (tcp_recvmsg, the ACKs it sends...)
+  tcp-send    the rest of write/writev/sendmsg (tcp_sendmsg, transmit)
+  epoll       epoll_wait / epoll_ctl
+  syscall     other syscalls and entry/exit
+  user        our code, libc, libev
+Prints each bucket's share of the samples and, with --cpu-per-gb (the run's proxy CPU-s per
+GB), its CPU-s per GB; with --floor too, each as a multiple of that floor.
+"""
+import subprocess
+import sys
+
+COPY = ("_copy_to_iter", "_copy_from_iter", "copy_user_enhanced_fast_string",
+        "copy_user_generic", "rep_movs_alternative", "__copy_user", "copyout", "copyin",
+        "copy_page_to_iter", "copy_page_from_iter", "skb_copy_datagram_iter",
+        "__skb_datagram_iter", "skb_do_copy_data_nocache", "_copy_from_iter_full")
+WAKE = ("_raw_spin_unlock_irqrestore", "_raw_spin_unlock_irq", "try_to_wake_up",
+        "__wake_up_common", "__wake_up_sync_key", "sock_def_readable", "sk_stream_write_space")
+RECV = ("tcp_recvmsg", "sock_recvmsg", "do_readv", "ksys_read", "__sys_recvfrom", "vfs_readv",
+        "sock_read_iter")
+SEND = ("tcp_sendmsg", "__sys_sendmsg", "sock_write_iter", "do_writev", "ksys_write",
+        "__sys_sendto", "tcp_sendmsg_locked")
+EPOLL = ("do_epoll_wait", "__x64_sys_epoll_wait", "do_epoll_ctl", "ep_poll",
+         "__x64_sys_epoll_ctl", "do_epoll_pwait")
+SOFTIRQ = ("handle_softirqs", "__do_softirq")
+ORDER = ("softirq", "aes", "copy", "wake", "tcp-recv", "tcp-send", "epoll", "syscall", "user",
+         "kernel-other")
+
+
+def bucket(frames):
+    """frames: [(sym, dso)], innermost first."""
+    syms = [f[0] for f in frames]
+    if any(s in SOFTIRQ for s in syms):
+        return "softirq"
+    if not frames:
+        return "kernel-other"
+    top, dso = frames[0]
+    if "libcrypto" in dso:
+        return "aes"
+    if "kernel" not in dso:
+        return "user"
+    if top in COPY or top.startswith("copy_user") or top.startswith("rep_mov"):
+        return "copy"
+    if top in WAKE:
+        return "wake"
+    if any(s in RECV for s in syms):
+        return "tcp-recv"
+    if any(s in SEND for s in syms):
+        return "tcp-send"
+    if any(s in EPOLL for s in syms):
+        return "epoll"
+    if any(s.startswith("do_syscall") or s.startswith("entry_SYSCALL") or
+           s.startswith("syscall_exit") for s in syms):
+        return "syscall"
+    return "kernel-other"
+
+
+def samples(path):
+    out = subprocess.run(["perf", "script", "-i", path, "-F", "ip,sym,dso"],
+                         capture_output=True, text=True, check=True).stdout
+    frames = []
+    for line in out.splitlines() + [""]:
+        line = line.strip()
+        if not line:
+            if frames:
+                yield frames
+            frames = []
+            continue
+        parts = line.split(None, 1)
+        rest = parts[1] if len(parts) > 1 else ""
+        sym, _, dso = rest.rpartition(" (")
+        sym = sym.split("+")[0]
+        frames.append((sym, dso.rstrip(")")))
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 2
+    cpu = floor = None
+    if "--cpu-per-gb" in argv:
+        cpu = float(argv[argv.index("--cpu-per-gb") + 1])
+    if "--floor" in argv:
+        floor = float(argv[argv.index("--floor") + 1])
+    counts = dict.fromkeys(ORDER, 0)
+    for fr in samples(argv[1]):
+        counts[bucket(fr)] += 1
+    total = sum(counts.values()) or 1
+    proc = total - counts["softirq"]
+    for k in ORDER:
+        line = "%-12s %6.1f %%" % (k, 100.0 * counts[k] / total)
+        if cpu is not None:
+            v = cpu * counts[k] / total
+            line += "  %.3f CPU-s/GB" % v
+            if floor:
+                line += "  %.2f x floor" % (v / floor)
+        print(line)
+    line = "%-12s %6.1f %%" % ("process", 100.0 * proc / total)
+    if cpu is not None:
+        v = cpu * proc / total
+        line += "  %.3f CPU-s/GB" % v
+        if floor:
+            line += "  %.2f x floor" % (v / floor)
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
