@@ -67,8 +67,14 @@ static double relay_cell(enum relay_method m, size_t piece, double seconds, uint
                 memset(ks2, 0, piece);
                 crypto_ctr_apply(a, ks1, ks1, piece);
                 crypto_ctr_apply(b, ks2, ks2, piece);
-                for (size_t i = 0; i < piece; i++)
-                    d[i] ^= ks1[i] ^ ks2[i];
+                for (size_t i = 0; i < piece; i += 8) { /* 8 bytes a step (-O3 vectorizes) */
+                    uint64_t x, y, z;
+                    memcpy(&x, d + i, 8);
+                    memcpy(&y, ks1 + i, 8);
+                    memcpy(&z, ks2 + i, 8);
+                    x ^= y ^ z;
+                    memcpy(d + i, &x, 8);
+                }
             }
             bytes += RELAY_READ;
         }
