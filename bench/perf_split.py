@@ -2,6 +2,7 @@
 """perf_split.py: where a relay's CPU goes, from `perf record -g` samples of the proxy.
 
     bench/perf_split.py PERF.DATA [--cpu-per-gb X] [--floor F]
+    bench/perf_split.py --runs SOFTIRQ.CSV PERF_DIR
 
 Reads `perf script` of PERF.DATA and puts each sample in one bucket, by its call chain:
   softirq     under the softirq handler (on loopback mostly the peers' TCP receive and send)
@@ -16,7 +17,15 @@ Reads `perf script` of PERF.DATA and puts each sample in one bucket, by its call
   user        our code, libc, libev
 Prints each bucket's share of the samples and, with --cpu-per-gb (the run's proxy CPU-s per
 GB), its CPU-s per GB; with --floor too, each as a multiple of that floor.
+--runs: for a bench/softirq.sh run made with --keep-perf PERF_DIR (and --floor): each kept
+perf.data with its CSV row (the files are numbered in row order), every bucket as a multiple of
+that repetition's AES floor; prints a markdown table of the medians per client and build.
 """
+import collections
+import csv
+import glob
+import re
+import statistics
 import subprocess
 import sys
 
@@ -83,10 +92,44 @@ def samples(path):
         frames.append((sym, dso.rstrip(")")))
 
 
+def runs_table(csv_path, perf_dir):
+    rows = list(csv.DictReader(open(csv_path)))
+    cells = collections.defaultdict(list)
+    for path in glob.glob(perf_dir + "/*.data"):
+        m = re.search(r"([a-z]+)-([a-z]+)-([a-z]+)-(\d+)\.data$", path)
+        if not m:
+            continue
+        row = rows[int(m.group(4)) - 1]
+        if row["client"] != m.group(1) or row["build"] != m.group(3):
+            print("perf_split.py: %s does not match row %s" % (path, m.group(4)), file=sys.stderr)
+            return 1
+        floor, cpu = float(row["floor_s_per_gb"]), float(row["cpu_s_per_gb"])
+        if floor <= 0:
+            print("perf_split.py: %s has no floor (run softirq.sh with --floor)" % csv_path,
+                  file=sys.stderr)
+            return 1
+        counts = collections.Counter(bucket(fr) for fr in samples(path))
+        total = sum(counts.values()) or 1
+        share = {k: counts[k] / total for k in ORDER}
+        share["process"] = 1 - share["softirq"]
+        cells[(m.group(1), m.group(2), m.group(3))].append(
+            {k: cpu * v / floor for k, v in share.items()})
+    keys = [k for k in ORDER if k != "softirq"] + ["process", "softirq"]
+    print("| client | mode | build | " + " | ".join(keys) + " | runs |")
+    print("|---|---|---|" + "---|" * (len(keys) + 1))
+    for (client, mode, build), runs in sorted(cells.items()):
+        print("| %s | %s | %s | " % (client, mode, build) +
+              " | ".join("%.2f" % statistics.median(r[k] for r in runs) for k in keys) +
+              " | %d |" % len(runs))
+    return 0
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 2
+    if argv[1] == "--runs" and len(argv) == 4:
+        return runs_table(argv[2], argv[3])
     cpu = floor = None
     if "--cpu-per-gb" in argv:
         cpu = float(argv[argv.index("--cpu-per-gb") + 1])

@@ -195,7 +195,10 @@ names = {"off": "off", "on": "on, splice off", "splice": "on + splice"}
 med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
 up = sys.argv[3] == "bulk-up"
 builds = sorted({r["build"] for r in rows}, key=lambda b: b != "prev")  # prev first
-floors = [float(r["floor_s_per_gb"]) for r in rows if float(r["floor_s_per_gb"]) > 0]
+# one floor per repetition (the rows of its builds repeat it)
+floors = list(dict.fromkeys((r["client"], r["mode"], float(r["floor_s_per_gb"])) for r in rows
+                            if float(r["floor_s_per_gb"]) > 0))
+floors = [f for _, _, f in floors]
 print("# Proxy CPU on loopback: own work and peers' (bench/softirq.sh%s, %s, 1 connection)\n"
       % (" --steer" if steer else "", "upload" if up else "download"))
 if floors:
