@@ -3,6 +3,7 @@
 
     bench/perf_split.py PERF.DATA [--cpu-per-gb X] [--floor F]
     bench/perf_split.py --runs SOFTIRQ.CSV PERF_DIR
+    bench/perf_split.py --self-test
 
 Reads `perf script` of PERF.DATA and puts each sample in one bucket, by its call chain:
   softirq     under the softirq handler (on loopback mostly the peers' TCP receive and send)
@@ -77,6 +78,12 @@ def bucket(frames):
 def samples(path):
     out = subprocess.run(["perf", "script", "-i", path, "-F", "ip,sym,dso"],
                          capture_output=True, text=True, check=True).stdout
+    return parse_script(out)
+
+
+def parse_script(out):
+    """Call chains from `perf script -F ip,sym,dso` text: one sample per blank-line-separated
+    paragraph, each line "ADDR SYM+OFF (DSO)", innermost first."""
     frames = []
     for line in out.splitlines() + [""]:
         line = line.strip()
@@ -124,7 +131,58 @@ def runs_table(csv_path, perf_dir):
     return 0
 
 
+SELF_TEST_SCRIPT = """\
+\tffffffff8201024d _copy_to_iter+0x1d ([kernel.kallsyms])
+\tffffffff820113ae tcp_recvmsg+0x6e ([kernel.kallsyms])
+\t           fddfd __GI___readv+0x4d (/usr/lib/x86_64-linux-gnu/libc.so.6)
+
+\t          de175 [unknown] (/usr/lib/x86_64-linux-gnu/libcrypto.so.3)
+
+\tffffffff81000001 tcp_v4_rcv+0x1 ([kernel.kallsyms])
+\tffffffff81000002 handle_softirqs+0x2 ([kernel.kallsyms])
+\tffffffff81000003 __tcp_transmit_skb+0x3 ([kernel.kallsyms])
+\tffffffff81000004 tcp_sendmsg+0x4 ([kernel.kallsyms])
+
+\tffffffff81000005 _raw_spin_unlock_irqrestore+0x5 ([kernel.kallsyms])
+\tffffffff81000006 tcp_write_xmit+0x6 ([kernel.kallsyms])
+\tffffffff81000007 tcp_sendmsg+0x7 ([kernel.kallsyms])
+
+\tffffffff81000008 tcp_sendmsg_locked+0x8 ([kernel.kallsyms])
+\tffffffff81000009 tcp_sendmsg+0x9 ([kernel.kallsyms])
+
+\tffffffff8100000a tcp_recvmsg_locked+0xa ([kernel.kallsyms])
+\tffffffff8100000b sock_recvmsg+0xb ([kernel.kallsyms])
+
+\tffffffff8100000c ep_poll+0xc ([kernel.kallsyms])
+\tffffffff8100000d do_epoll_wait+0xd ([kernel.kallsyms])
+
+\tffffffff8100000e syscall_exit_to_user_mode+0xe ([kernel.kallsyms])
+\tffffffff8100000f do_syscall_64+0xf ([kernel.kallsyms])
+
+\t            f445 relay_event+0x15 (/work/build/mtproxy)
+
+\tffffffff81000010 schedule+0x10 ([kernel.kallsyms])
+"""
+SELF_TEST_WANT = ["copy", "aes", "softirq", "wake", "tcp-send", "tcp-recv", "epoll", "syscall",
+                  "user", "kernel-other"]
+
+
+def self_test():
+    got = [bucket(fr) for fr in parse_script(SELF_TEST_SCRIPT)]
+    if got != SELF_TEST_WANT:
+        print("self-test: buckets %s, expected %s" % (got, SELF_TEST_WANT))
+        return 1
+    first = next(iter(parse_script(SELF_TEST_SCRIPT)))
+    if first[0] != ("_copy_to_iter", "[kernel.kallsyms]") or len(first) != 3:
+        print("self-test: first sample parsed as %s" % (first,))
+        return 1
+    print("self-test: ok")
+    return 0
+
+
 def main(argv):
+    if len(argv) == 2 and argv[1] == "--self-test":
+        return self_test()
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 2
