@@ -64,7 +64,7 @@ while [ $# -gt 0 ]; do
     --compare) COMPARE=$2; shift ;;
     --floor) FLOOR=1 ;;
     --proxy-args) PROXY_ARGS=$2; shift ;;
-    -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "softirq.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
