@@ -101,7 +101,8 @@ static int relay_main(double seconds, FILE *out)
     for (int m = RM_TWO_PASS; m <= RM_COPY_ONLY; m++) {
         for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
             uint64_t bytes = 0;
-            double secs = 0, v = relay_cell((enum relay_method)m, pieces[i], seconds, &bytes, &secs);
+            double secs = 0;
+            double v = relay_cell((enum relay_method)m, pieces[i], seconds, &bytes, &secs);
             if (v < 0) {
                 fprintf(stderr, "bench_crypto: set-up failed\n");
                 return 1;
