@@ -19,7 +19,9 @@
 
 #define RELAY_IOV_MAX 16
 #define RELAY_READS_PER_EVENT 4 /* fairness: at most this many reads per readiness */
-#define RELAY_WIDE_MAX 4        /* a bulk connection's read fills up to this many blocks */
+#ifndef RELAY_WIDE_MAX /* a measurement knob: -DRELAY_WIDE_MAX=16 (BENCHMARKS.md, #19) */
+#define RELAY_WIDE_MAX 4 /* a bulk connection's read fills up to this many blocks */
+#endif
 
 /* --- interest management --------------------------------------------------------------- */
 
