@@ -3,7 +3,7 @@
 # busy-poll, and what busy-poll costs in CPU.
 #
 #   bench/latency.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
-#                    [--busy "0 20 50"] [--load-spin]
+#                    [--busy "0 20 50"] [--load-spin] [--tool c|go] [--halt-poll NS]
 #
 # bench_load's `small` workload (200-byte messages, one in flight per connection, echoed by its
 # DC sink; every byte checked) with 1 and 64 dd connections: first straight to the sink
@@ -15,6 +15,12 @@
 # latency.md into OUT (default bench/results; --quick: BUILD/results-latency-quick, 1 x 0.3 s).
 # --load-spin: the load tool never sleeps (bench_load --spin), so no round trip waits for its
 # CPU to wake up: what is left over direct is the proxy's own (latency-spin.* instead).
+# --tool go: the load tool is bench/golat (Go, standard library: goroutines on Go's netpoller,
+# client and DC in one process, GOMAXPROCS 1 on CPU 1), direct measured by it too
+# (latency-go.* instead; --quick --tool go is the ctest self-check). Without a `go` on PATH or
+# in /usr/local/go/bin it says so and exits 77 (skipped). Its idle row still uses bench_load.
+# --halt-poll NS: the guest's cpuidle haltpoll window (/sys/module/haltpoll/parameters/
+# guest_halt_poll_ns) set to NS for the run and restored at exit (names get -hpNS).
 # Needs 2 CPUs (it pins); run as root inside its own network namespace, e.g.
 #   unshare -n sh -c 'ip link set lo up; bench/latency.sh'
 set -euo pipefail
@@ -25,19 +31,24 @@ OUT=""
 REPEAT=3
 SECONDS_RUN=2
 QUICK=0
+IDLE_S=3
 BUSY="0 20 50"
 SPIN=()
 NAME=latency
+TOOL=c
+HALT_POLL=""
 while [ $# -gt 0 ]; do
     case "$1" in
-    --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3 ;;
-    --build-dir) BUILD=$2; shift ;;
+    --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3; IDLE_S=0.5 ;;
+    --build-dir) BUILD=$(cd "$2" && pwd); shift ;;
     --out) OUT=$2; shift ;;
     --repeat) REPEAT=$2; shift ;;
     --seconds) SECONDS_RUN=$2; shift ;;
     --busy) BUSY=$2; shift ;;
     --load-spin) SPIN=(--spin); NAME=latency-spin ;;
-    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --tool) TOOL=$2; shift ;;
+    --halt-poll) HALT_POLL=$2; shift ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -49,28 +60,67 @@ for b in "$MTPROXY" "$LOAD"; do
     [ -x "$b" ] || { echo "latency.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
 done
 [ "$(nproc)" -ge 2 ] || { echo "latency.sh: needs 2 CPUs (proxy and load tool pinned apart)" >&2; exit 77; }
+case "$TOOL" in
+c) ;;
+go)
+    GO=$(command -v go || true)
+    [ -n "$GO" ] || [ ! -x /usr/local/go/bin/go ] || GO=/usr/local/go/bin/go
+    [ -n "$GO" ] || { echo "latency.sh: --tool go: no go toolchain found (Debian: golang-go), skipped" >&2; exit 77; }
+    [ ${#SPIN[@]} = 0 ] || { echo "latency.sh: --load-spin is bench_load's (--tool c)" >&2; exit 2; }
+    NAME=latency-go
+    GOLAT=$BUILD/golat
+    # standard library only: no module, no network (GOPROXY off), the toolchain at hand
+    GOCACHE=$BUILD/gocache GOPATH=$BUILD/gopath GOPROXY=off GOTOOLCHAIN=local GO111MODULE=off \
+        "$GO" build -o "$GOLAT" "$ROOT/bench/golat/main.go" ||
+        { echo "latency.sh: building bench/golat failed" >&2; exit 1; }
+    ;;
+*) echo "latency.sh: --tool c or go" >&2; exit 2 ;;
+esac
+HALT_FILE=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+HALT_OLD=""
+if [ -n "$HALT_POLL" ]; then
+    [ -w "$HALT_FILE" ] || { echo "latency.sh: --halt-poll: no writable $HALT_FILE" >&2; exit 77; }
+    HALT_OLD=$(cat "$HALT_FILE")
+    NAME=$NAME-hp$HALT_POLL
+fi
 mkdir -p "$OUT"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 bench_init latency
+if [ -n "$HALT_POLL" ]; then
+    trap 'echo "$HALT_OLD" >"$HALT_FILE"; bench_cleanup' EXIT
+    echo "$HALT_POLL" >"$HALT_FILE"
+    echo "latency.sh: guest_halt_poll_ns $HALT_OLD -> $HALT_POLL for this run" >&2
+fi
 K=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 CSV=$OUT/$NAME.csv
-echo "conns,mode,busy_us,run,p50_us,p99_us,p999_us,round_trips,proxy_cpu_per_s" >"$CSV"
+echo "conns,mode,busy_us,run,p50_us,p99_us,p999_us,round_trips,proxy_cpu_per_s,proxy_cpu_us_per_rt" >"$CSV"
 
-# run_small CONNS MODE BUSY RUN [--direct]: one bench_load window; a CSV row.
+# run_small CONNS MODE BUSY RUN [--direct]: one load-tool window; a CSV row.
 run_small() {
     local conns=$1 mode=$2 busy=$3 run=$4
     shift 4
     rm -f "$WORK/run.csv" "$WORK/lat.txt"
-    local pid=()
-    [ -n "$PROXY_PID" ] && pid=(--proxy-pid "$PROXY_PID")
-    taskset -c 1 timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
-        --client dd --workload small --conns "$conns" --window 1 --seconds "$SECONDS_RUN" \
-        "${pid[@]}" --csv "$WORK/run.csv" --lat-file "$WORK/lat.txt" --quiet "${SPIN[@]}" "$@"
-    local cpu
-    cpu=$(tail -1 "$WORK/run.csv" | awk -F, -v s="$SECONDS_RUN" '{ printf "%.3f", $16 / s }')
-    read -r p50 p99 p999 n <"$WORK/lat.txt"
-    echo "$conns,$mode,$busy,$run,$p50,$p99,$p999,$n,$cpu" >>"$CSV"
+    local cpu=0 cpu_s=0 win=$SECONDS_RUN p50 p99 p999 n
+    if [ "$TOOL" = go ]; then
+        local args=(-dc-port "$DCPORT" -secret "dd$K" -conns "$conns" -seconds "$SECONDS_RUN")
+        if [ "${1:-}" = --direct ]; then args+=(-direct); else args+=(-proxy-port "$PORT" -proxy-pid "$PROXY_PID"); fi
+        GOMAXPROCS=1 taskset -c 1 timeout 120 "$GOLAT" "${args[@]}" -lat-file "$WORK/lat.txt" >/dev/null
+        read -r p50 p99 p999 n cpu_s win <"$WORK/lat.txt"
+    else
+        local pid=()
+        [ -n "$PROXY_PID" ] && pid=(--proxy-pid "$PROXY_PID")
+        taskset -c 1 timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
+            --client dd --workload small --conns "$conns" --window 1 --seconds "$SECONDS_RUN" \
+            "${pid[@]}" --csv "$WORK/run.csv" --lat-file "$WORK/lat.txt" --quiet "${SPIN[@]}" "$@"
+        cpu_s=$(tail -1 "$WORK/run.csv" | awk -F, '{ print $16 }')
+        read -r p50 p99 p999 n <"$WORK/lat.txt"
+    fi
+    [ "$mode" = proxy ] || cpu_s=0
+    cpu=$(awk -v c="$cpu_s" -v s="$win" 'BEGIN { printf "%.3f", c / s }')
+    local per_rt
+    per_rt=$(awk -v c="$cpu_s" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? c * 1e6 / n : 0) }')
+    echo "$conns,$mode,$busy,$run,$p50,$p99,$p999,$n,$cpu,$per_rt" >>"$CSV"
 }
 
 for run in $(seq "$REPEAT"); do
@@ -96,34 +146,39 @@ for busy in $BUSY; do
     taskset -a -pc 0 "$PROXY_PID" >/dev/null
     rm -f "$WORK/run.csv"
     taskset -c 1 timeout 60 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
-        --client dd --workload idle --conns 1 --seconds 3 --proxy-pid "$PROXY_PID" \
+        --client dd --workload idle --conns 1 --seconds "$IDLE_S" --proxy-pid "$PROXY_PID" \
         --csv "$WORK/run.csv" --quiet
     tail -1 "$WORK/run.csv" | awk -F, -v b="$busy" '{ printf "%s,%.4f\n", b, $16 / $5 }' >>"$IDLE_CSV"
     bench_stop_proxy
 done
 
-python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" >"$OUT/$NAME.md" <<'PY'
+python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" "$TOOL" "$HALT_POLL" >"$OUT/$NAME.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 idle = {r["busy_us"]: float(r["idle_cpu_per_s"]) for r in csv.DictReader(open(sys.argv[2]))}
 med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
-print("# Round trip added by the proxy (bench/latency.sh%s): 200-byte echo, one in flight per "
-      "connection, proxy on CPU 0, load tool + DC on CPU 1%s\n"
-      % (" --load-spin" if sys.argv[3] else "", ", the load tool spinning" if sys.argv[3] else ""))
+tool = "the Go load tool (bench/golat)" if sys.argv[4] == "go" else "bench_load"
+print("# Round trip added by the proxy (bench/latency.sh%s%s%s): 200-byte echo, one in flight per "
+      "connection, proxy on CPU 0, %s (clients + DC) on CPU 1%s%s\n"
+      % (" --load-spin" if sys.argv[3] else "", " --tool go" if sys.argv[4] == "go" else "",
+         " --halt-poll " + sys.argv[5] if sys.argv[5] else "", tool,
+         ", the load tool spinning" if sys.argv[3] else "",
+         ", guest_halt_poll_ns " + sys.argv[5] if sys.argv[5] else ""))
 print("| conns | path | busy-poll | p50 us | p99 us | p999 us | added p50 / p99 / p999 us "
-      "| proxy CPU (s per s) | idle CPU (s per s) | runs |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "| proxy CPU (s per s) | proxy CPU us per round trip | idle CPU (s per s) | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for conns in ("1", "64"):
     d = [r for r in rows if r["conns"] == conns and r["mode"] == "direct"]
     if not d:
         continue
     base = [med(d, k) for k in ("p50_us", "p99_us", "p999_us")]
-    print("| %s | direct | - | %.1f | %.1f | %.1f | - | - | - | %d |" % (conns, *base, len(d)))
+    print("| %s | direct | - | %.1f | %.1f | %.1f | - | - | - | - | %d |" % (conns, *base, len(d)))
     for busy in sorted({r["busy_us"] for r in rows if r["mode"] == "proxy"}, key=int):
         p = [r for r in rows if r["conns"] == conns and r["mode"] == "proxy" and r["busy_us"] == busy]
         v = [med(p, k) for k in ("p50_us", "p99_us", "p999_us")]
         add = " / ".join("%.1f" % (a - b) for a, b in zip(v, base))
-        print("| %s | proxy | %s us | %.1f | %.1f | %.1f | %s | %.2f | %.4f | %d |"
-              % (conns, busy, *v, add, med(p, "proxy_cpu_per_s"), idle.get(busy, float("nan")), len(p)))
+        print("| %s | proxy | %s us | %.1f | %.1f | %.1f | %s | %.2f | %.1f | %.4f | %d |"
+              % (conns, busy, *v, add, med(p, "proxy_cpu_per_s"), med(p, "proxy_cpu_us_per_rt"),
+                 idle.get(busy, float("nan")), len(p)))
 PY
 cat "$OUT/$NAME.md"
