@@ -3,7 +3,7 @@
 # busy-poll, and what busy-poll costs in CPU.
 #
 #   bench/latency.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
-#                    [--busy "0 20 50"] [--load-spin] [--tool c|go] [--halt-poll NS]
+#                    [--busy "0 20 50"] [--load-spin] [--tool c|go] [--halt-poll NS] [--floor]
 #
 # bench_load's `small` workload (200-byte messages, one in flight per connection, echoed by its
 # DC sink; every byte checked) with 1 and 64 dd connections: first straight to the sink
@@ -21,6 +21,9 @@
 # in /usr/local/go/bin it says so and exits 77 (skipped). Its idle row still uses bench_load.
 # --halt-poll NS: the guest's cpuidle haltpoll window (/sys/module/haltpoll/parameters/
 # guest_halt_poll_ns) set to NS for the run and restored at exit (names get -hpNS).
+# --floor (with --tool go): also through haproxy (mode tcp, one thread, CPU 0; plain bytes, keyed
+# as direct), without and with its busy-polling: what any relay hop costs here (modes haproxy,
+# haproxy-busy). Without haproxy the rows are left out, with a message.
 # Needs 2 CPUs (it pins); run as root inside its own network namespace, e.g.
 #   unshare -n sh -c 'ip link set lo up; bench/latency.sh'
 set -euo pipefail
@@ -37,6 +40,7 @@ SPIN=()
 NAME=latency
 TOOL=c
 HALT_POLL=""
+FLOOR=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3; IDLE_S=0.5 ;;
@@ -48,6 +52,7 @@ while [ $# -gt 0 ]; do
     --load-spin) SPIN=(--spin); NAME=latency-spin ;;
     --tool) TOOL=$2; shift ;;
     --halt-poll) HALT_POLL=$2; shift ;;
+    --floor) FLOOR=1 ;;
     -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -76,6 +81,10 @@ go)
     ;;
 *) echo "latency.sh: --tool c or go" >&2; exit 2 ;;
 esac
+if [ "$FLOOR" = 1 ]; then
+    [ "$TOOL" = go ] || { echo "latency.sh: --floor needs --tool go" >&2; exit 2; }
+    command -v haproxy >/dev/null || { echo "latency.sh: --floor: no haproxy, rows left out" >&2; FLOOR=0; }
+fi
 HALT_FILE=/sys/module/haltpoll/parameters/guest_halt_poll_ns
 HALT_OLD=""
 if [ -n "$HALT_POLL" ]; then
@@ -104,7 +113,7 @@ run_small() {
     local cpu=0 cpu_s=0 win=$SECONDS_RUN p50 p99 p999 n
     if [ "$TOOL" = go ]; then
         local args=(-dc-port "$DCPORT" -secret "dd$K" -conns "$conns" -seconds "$SECONDS_RUN")
-        if [ "${1:-}" = --direct ]; then args+=(-direct); else args+=(-proxy-port "$PORT" -proxy-pid "$PROXY_PID"); fi
+        if [ "${1:-}" = --direct ]; then args+=(-direct "${@:2}"); else args+=(-proxy-port "$PORT" -proxy-pid "$PROXY_PID"); fi
         GOMAXPROCS=1 taskset -c 1 timeout 120 "$GOLAT" "${args[@]}" -lat-file "$WORK/lat.txt" >/dev/null
         read -r p50 p99 p999 n cpu_s win <"$WORK/lat.txt"
     else
@@ -116,11 +125,28 @@ run_small() {
         cpu_s=$(tail -1 "$WORK/run.csv" | awk -F, '{ print $16 }')
         read -r p50 p99 p999 n <"$WORK/lat.txt"
     fi
-    [ "$mode" = proxy ] || cpu_s=0
+    [ "$mode" != direct ] || cpu_s=0
     cpu=$(awk -v c="$cpu_s" -v s="$win" 'BEGIN { printf "%.3f", c / s }')
     local per_rt
     per_rt=$(awk -v c="$cpu_s" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? c * 1e6 / n : 0) }')
     echo "$conns,$mode,$busy,$run,$p50,$p99,$p999,$n,$cpu,$per_rt" >>"$CSV"
+}
+
+# start_haproxy haproxy|haproxy-busy: a plain TCP relay HPORT -> DCPORT on CPU 0; HA_PID.
+HPORT=$((PORT + 2))
+start_haproxy() {
+    local busy=""
+    [ "$1" = haproxy-busy ] && busy="    busy-polling"
+    printf 'global\n    nbthread 1\n%s\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\nlisten relay\n    bind 127.0.0.1:%s\n    server dc 127.0.0.1:%s\n' \
+        "$busy" "$HPORT" "$DCPORT" >"$WORK/haproxy.cfg"
+    taskset -c 0 timeout 120 haproxy -db -f "$WORK/haproxy.cfg" >"$WORK/haproxy.out" 2>&1 &
+    HA_T=$!
+    HA_PID=$HA_T
+    for _ in $(seq 100); do
+        ss -ltn | grep -q "127.0.0.1:$HPORT " && break
+        sleep 0.05
+    done
+    HA_PID=$(pgrep -P "$HA_T" -x haproxy || echo "$HA_T") # its CPU: haproxy's own pid
 }
 
 for run in $(seq "$REPEAT"); do
@@ -128,6 +154,14 @@ for run in $(seq "$REPEAT"); do
         echo "latency.sh: run $run, $conns connection(s), direct" >&2
         PROXY_PID=""
         run_small "$conns" direct 0 "$run" --direct
+        if [ "$FLOOR" = 1 ]; then
+            for hb in haproxy haproxy-busy; do
+                echo "latency.sh: run $run, $conns connection(s), $hb" >&2
+                start_haproxy "$hb"
+                run_small "$conns" "$hb" 0 "$run" --direct -proxy-port "$HPORT" -proxy-pid "$HA_PID"
+                kill "$HA_T"; wait "$HA_T" 2>/dev/null || true
+            done
+        fi
         for busy in $BUSY; do
             echo "latency.sh: run $run, $conns connection(s), proxy busy-poll $busy" >&2
             bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
@@ -173,6 +207,13 @@ for conns in ("1", "64"):
         continue
     base = [med(d, k) for k in ("p50_us", "p99_us", "p999_us")]
     print("| %s | direct | - | %.1f | %.1f | %.1f | - | - | - | - | %d |" % (conns, *base, len(d)))
+    for m in ("haproxy", "haproxy-busy"):
+        p = [r for r in rows if r["conns"] == conns and r["mode"] == m]
+        if p:
+            v = [med(p, k) for k in ("p50_us", "p99_us", "p999_us")]
+            add = " / ".join("%.1f" % (a - b) for a, b in zip(v, base))
+            print("| %s | %s | - | %.1f | %.1f | %.1f | %s | %.2f | %.1f | - | %d |"
+                  % (conns, m, *v, add, med(p, "proxy_cpu_per_s"), med(p, "proxy_cpu_us_per_rt"), len(p)))
     for busy in sorted({r["busy_us"] for r in rows if r["mode"] == "proxy"}, key=int):
         p = [r for r in rows if r["conns"] == conns and r["mode"] == "proxy" and r["busy_us"] == busy]
         v = [med(p, k) for k in ("p50_us", "p99_us", "p999_us")]

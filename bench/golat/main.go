@@ -10,6 +10,8 @@
 //     the dd secret (key = SHA-256(material || secret), AES-256-CTR), DC 2; each sends a
 //     200-byte message (u64 seq | u64 send time | pattern), waits for its echo, checks every
 //     byte, records the round trip, and sends the next.
+//     -direct with -proxy-port: keyed as for the DC but dialing -proxy-port, where a plain TCP
+//     relay (haproxy in latency.sh --floor) forwards to the DC.
 //
 // Output (one line, also to -lat-file): p50 p99 p999 (us), round trips, proxy CPU seconds
 // over the window (from /proc/PID/stat with -proxy-pid; -1 without), window seconds.
@@ -189,7 +191,8 @@ func main() {
 	seconds := flag.Float64("seconds", 2, "timed window")
 	warm := flag.Float64("warmup", 0.3, "seconds of ping-pong before the window")
 	msgLen := flag.Int("msg", 200, "message size (>= 24)")
-	direct := flag.Bool("direct", false, "clients dial the DC themselves (no proxy: the baseline)")
+	direct := flag.Bool("direct", false, "clients key their stream as the proxy would for the DC and dial "+
+		"the DC (the baseline), or -proxy-port if given (a plain TCP relay in front of the DC)")
 	pid := flag.Int("proxy-pid", 0, "proxy pid for its CPU seconds over the window")
 	latFile := flag.String("lat-file", "", "write the result line here too")
 	flag.Parse()
@@ -217,8 +220,11 @@ func main() {
 		}
 	}()
 	port, key := *proxyPort, secret
-	if *direct {
-		port, key = *dcPort, nil // keyed as the proxy keys its DC side
+	if *direct { // keyed as the proxy keys its DC side
+		key = nil
+		if port == 0 { // -proxy-port with -direct: a plain TCP relay in front of the DC
+			port = *dcPort
+		}
 	}
 	cs := make([]*conn, *conns)
 	for i := range cs {
