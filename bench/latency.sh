@@ -172,24 +172,35 @@ for run in $(seq "$REPEAT"); do
     done
 done
 
-# CPU at idle: a proxy with one relayed connection that sends nothing (bench_load idle).
+# CPU at idle: a proxy with one relayed connection that sends nothing (bench_load idle); then
+# between idle and full load: 64 connections each sending one message per 10 ms (trickle,
+# 6,400 round trips/s in all): the proxy's CPU and the round trip with gaps for busy-poll to miss.
 IDLE_CSV=$OUT/$NAME-idle.csv
-echo "busy_us,idle_cpu_per_s" >"$IDLE_CSV"
+echo "busy_us,idle_cpu_per_s,trickle_cpu_per_s,trickle_p50_us,trickle_p99_us,trickle_msgs_per_s" >"$IDLE_CSV"
 for busy in $BUSY; do
     bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
     taskset -a -pc 0 "$PROXY_PID" >/dev/null
-    rm -f "$WORK/run.csv"
-    taskset -c 1 timeout 60 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
-        --client dd --workload idle --conns 1 --seconds "$IDLE_S" --proxy-pid "$PROXY_PID" \
-        --csv "$WORK/run.csv" --quiet
-    tail -1 "$WORK/run.csv" | awk -F, -v b="$busy" '{ printf "%s,%.4f\n", b, $16 / $5 }' >>"$IDLE_CSV"
+    row=$busy
+    for wl in idle trickle; do
+        rm -f "$WORK/run.csv"
+        taskset -c 1 timeout 60 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
+            --client dd --workload "$wl" --conns "$([ $wl = idle ] && echo 1 || echo 64)" \
+            --interval-ms 10 --seconds "$IDLE_S" --proxy-pid "$PROXY_PID" --csv "$WORK/run.csv" --quiet
+        if [ "$wl" = idle ]; then
+            row=$row,$(tail -1 "$WORK/run.csv" | awk -F, '{ printf "%.4f", $16 / $5 }')
+        else
+            row=$row,$(tail -1 "$WORK/run.csv" | awk -F, '{ printf "%.4f,%s,%s,%.0f", $16 / $5, $11, $12, $10 / $5 }')
+        fi
+    done
+    echo "$row" >>"$IDLE_CSV"
     bench_stop_proxy
 done
 
 python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" "$TOOL" "$HALT_POLL" >"$OUT/$NAME.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-idle = {r["busy_us"]: float(r["idle_cpu_per_s"]) for r in csv.DictReader(open(sys.argv[2]))}
+idle_rows = list(csv.DictReader(open(sys.argv[2])))
+idle = {r["busy_us"]: float(r["idle_cpu_per_s"]) for r in idle_rows}
 med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
 tool = "the Go load tool (bench/golat)" if sys.argv[4] == "go" else "bench_load"
 print("# Round trip added by the proxy (bench/latency.sh%s%s%s): 200-byte echo, one in flight per "
@@ -221,5 +232,12 @@ for conns in ("1", "64"):
         print("| %s | proxy | %s us | %.1f | %.1f | %.1f | %s | %.2f | %.1f | %.4f | %d |"
               % (conns, busy, *v, add, med(p, "proxy_cpu_per_s"), med(p, "proxy_cpu_us_per_rt"),
                  idle.get(busy, float("nan")), len(p)))
+print("\nBetween idle and full load (bench_load trickle, 64 connections x one message per 10 ms, "
+      "one run):\n")
+print("| busy-poll | proxy CPU (s per s) | round trips per s | p50 us | p99 us |")
+print("|---|---|---|---|---|")
+for r in idle_rows:
+    print("| %s us | %.3f | %s | %s | %s |" % (r["busy_us"], float(r["trickle_cpu_per_s"]),
+          r["trickle_msgs_per_s"], r["trickle_p50_us"], r["trickle_p99_us"]))
 PY
 cat "$OUT/$NAME.md"
