@@ -4,6 +4,7 @@
 #
 #   bench/latency.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S]
 #                    [--busy "0 20 50"] [--load-spin] [--tool c|go] [--halt-poll NS] [--floor]
+#                    [--proxy-args "ARGS"]
 #
 # bench_load's `small` workload (200-byte messages, one in flight per connection, echoed by its
 # DC sink; every byte checked) with 1 and 64 dd connections: first straight to the sink
@@ -24,6 +25,8 @@
 # --floor (with --tool go): also through haproxy (mode tcp, one thread, CPU 0; plain bytes, keyed
 # as direct), without and with its busy-polling: what any relay hop costs here (modes haproxy,
 # haproxy-busy). Without haproxy the rows are left out, with a message.
+# --proxy-args "ARGS": more mtproxy options (word-split) for every proxy row, e.g. "--splice off"
+# (named in the .md title; --out keeps such runs apart).
 # Needs 2 CPUs (it pins); run as root inside its own network namespace, e.g.
 #   unshare -n sh -c 'ip link set lo up; bench/latency.sh'
 set -euo pipefail
@@ -41,6 +44,7 @@ NAME=latency
 TOOL=c
 HALT_POLL=""
 FLOOR=0
+PROXY_ARGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3; IDLE_S=0.5 ;;
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
     --tool) TOOL=$2; shift ;;
     --halt-poll) HALT_POLL=$2; shift ;;
     --floor) FLOOR=1 ;;
+    --proxy-args) PROXY_ARGS=$2; shift ;;
     -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -81,6 +86,7 @@ go)
     ;;
 *) echo "latency.sh: --tool c or go" >&2; exit 2 ;;
 esac
+read -ra PA <<<"$PROXY_ARGS"
 if [ "$FLOOR" = 1 ]; then
     [ "$TOOL" = go ] || { echo "latency.sh: --floor needs --tool go" >&2; exit 2; }
     command -v haproxy >/dev/null || { echo "latency.sh: --floor: no haproxy, rows left out" >&2; FLOOR=0; }
@@ -164,7 +170,7 @@ for run in $(seq "$REPEAT"); do
         fi
         for busy in $BUSY; do
             echo "latency.sh: run $run, $conns connection(s), proxy busy-poll $busy" >&2
-            bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
+            bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn "${PA[@]}"
             taskset -a -pc 0 "$PROXY_PID" >/dev/null
             run_small "$conns" proxy "$busy" "$run"
             bench_stop_proxy
@@ -178,7 +184,7 @@ done
 IDLE_CSV=$OUT/$NAME-idle.csv
 echo "busy_us,idle_cpu_per_s,trickle_cpu_per_s,trickle_p50_us,trickle_p99_us,trickle_msgs_per_s" >"$IDLE_CSV"
 for busy in $BUSY; do
-    bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn
+    bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn "${PA[@]}"
     taskset -a -pc 0 "$PROXY_PID" >/dev/null
     row=$busy
     for wl in idle trickle; do
@@ -196,7 +202,7 @@ for busy in $BUSY; do
     bench_stop_proxy
 done
 
-python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" "$TOOL" "$HALT_POLL" >"$OUT/$NAME.md" <<'PY'
+python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" "$TOOL" "$HALT_POLL" "$PROXY_ARGS" >"$OUT/$NAME.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 idle_rows = list(csv.DictReader(open(sys.argv[2])))
@@ -208,7 +214,8 @@ print("# Round trip added by the proxy (bench/latency.sh%s%s%s): 200-byte echo, 
       % (" --load-spin" if sys.argv[3] else "", " --tool go" if sys.argv[4] == "go" else "",
          " --halt-poll " + sys.argv[5] if sys.argv[5] else "", tool,
          ", the load tool spinning" if sys.argv[3] else "",
-         ", guest_halt_poll_ns " + sys.argv[5] if sys.argv[5] else ""))
+         ", guest_halt_poll_ns " + sys.argv[5] if sys.argv[5] else "")
+      + ("proxy options: `%s`\n" % sys.argv[6] if sys.argv[6] else ""))
 print("| conns | path | busy-poll | p50 us | p99 us | p999 us | added p50 / p99 / p999 us "
       "| proxy CPU (s per s) | proxy CPU us per round trip | idle CPU (s per s) | runs |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
