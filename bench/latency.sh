@@ -182,20 +182,27 @@ done
 # between idle and full load: 64 connections each sending one message per 10 ms (trickle,
 # 6,400 round trips/s in all): the proxy's CPU and the round trip with gaps for busy-poll to miss.
 IDLE_CSV=$OUT/$NAME-idle.csv
-echo "busy_us,idle_cpu_per_s,trickle_cpu_per_s,trickle_p50_us,trickle_p99_us,trickle_msgs_per_s" >"$IDLE_CSV"
+echo "busy_us,idle_cpu_per_s,idle_cpu0_poll_per_s,trickle_cpu_per_s,trickle_p50_us,trickle_p99_us,trickle_msgs_per_s,trickle_cpu0_poll_per_s" >"$IDLE_CSV"
+# CPU 0's time in the cpuidle POLL state (us; 0 where there is no cpuidle): the guest's halt
+# polling (--halt-poll) is spent there, as idle time that no process is charged for.
+POLL_FILE=/sys/devices/system/cpu/cpu0/cpuidle/state0/time
+poll_us() { cat "$POLL_FILE" 2>/dev/null || echo 0; }
 for busy in $BUSY; do
     bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn "${PA[@]}"
     taskset -a -pc 0 "$PROXY_PID" >/dev/null
     row=$busy
     for wl in idle trickle; do
         rm -f "$WORK/run.csv"
+        poll0=$(poll_us)
         taskset -c 1 timeout 60 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
             --client dd --workload "$wl" --conns "$([ $wl = idle ] && echo 1 || echo 64)" \
             --interval-ms 10 --seconds "$IDLE_S" --proxy-pid "$PROXY_PID" --csv "$WORK/run.csv" --quiet
+        # the POLL time over the whole bench_load run (set-up included): an upper bound
+        poll=$(awk -v a="$poll0" -v b="$(poll_us)" -v s="$IDLE_S" 'BEGIN { printf "%.4f", (b - a) / 1e6 / s }')
         if [ "$wl" = idle ]; then
-            row=$row,$(tail -1 "$WORK/run.csv" | awk -F, '{ printf "%.4f", $16 / $5 }')
+            row=$row,$(tail -1 "$WORK/run.csv" | awk -F, '{ printf "%.4f", $16 / $5 }'),$poll
         else
-            row=$row,$(tail -1 "$WORK/run.csv" | awk -F, '{ printf "%.4f,%s,%s,%.0f", $16 / $5, $11, $12, $10 / $5 }')
+            row=$row,$(tail -1 "$WORK/run.csv" | awk -F, '{ printf "%.4f,%s,%s,%.0f", $16 / $5, $11, $12, $10 / $5 }'),$poll
         fi
     done
     echo "$row" >>"$IDLE_CSV"
@@ -241,10 +248,12 @@ for conns in ("1", "64"):
                  idle.get(busy, float("nan")), len(p)))
 print("\nBetween idle and full load (bench_load trickle, 64 connections x one message per 10 ms, "
       "one run):\n")
-print("| busy-poll | proxy CPU (s per s) | round trips per s | p50 us | p99 us |")
-print("|---|---|---|---|---|")
+print("| busy-poll | proxy CPU (s per s) | round trips per s | p50 us | p99 us "
+      "| CPU 0 halt-polling, trickle / idle (s per s) |")
+print("|---|---|---|---|---|---|")
 for r in idle_rows:
-    print("| %s us | %.3f | %s | %s | %s |" % (r["busy_us"], float(r["trickle_cpu_per_s"]),
-          r["trickle_msgs_per_s"], r["trickle_p50_us"], r["trickle_p99_us"]))
+    print("| %s us | %.3f | %s | %s | %s | %.3f / %.3f |" % (r["busy_us"], float(r["trickle_cpu_per_s"]),
+          r["trickle_msgs_per_s"], r["trickle_p50_us"], r["trickle_p99_us"],
+          float(r["trickle_cpu0_poll_per_s"]), float(r["idle_cpu0_poll_per_s"])))
 PY
 cat "$OUT/$NAME.md"
