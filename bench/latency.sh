@@ -58,7 +58,7 @@ while [ $# -gt 0 ]; do
     --halt-poll) HALT_POLL=$2; shift ;;
     --floor) FLOOR=1 ;;
     --proxy-args) PROXY_ARGS=$2; shift ;;
-    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
