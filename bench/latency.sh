@@ -152,6 +152,8 @@ start_haproxy() {
         ss -ltn | grep -q "127.0.0.1:$HPORT " && break
         sleep 0.05
     done
+    ss -ltn | grep -q "127.0.0.1:$HPORT " ||
+        { echo "latency.sh: haproxy did not listen on $HPORT" >&2; cat "$WORK/haproxy.out" >&2; exit 1; }
     HA_PID=$(pgrep -P "$HA_T" -x haproxy || echo "$HA_T") # its CPU: haproxy's own pid
 }
 
