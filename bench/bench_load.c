@@ -121,7 +121,8 @@ struct opts {
     const char *dc_addr;  /* ... on this IPv4 address (default 127.0.0.1) */
     const char *hs_file;  /* handshake: connect -> DC and connect -> echo percentiles go here */
     int burst, bursts;    /* handshake: start burst at once, bursts times, gap_ms apart */
-    int gap_ms;
+    int gap_ms, gap_jitter_ms; /* the gap is gap_ms + a uniform draw in [0, gap_jitter_ms] */
+    int dc_idle_close_ms; /* the DC sink closes a connection that sent nothing for this long */
 };
 
 struct proxy_snap {
@@ -954,6 +955,7 @@ static void run_events(int timeout_ms)
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 struct ep *d = ep_new(fd, 1);
                 d->st = S_DC_HDR;
+                d->t_connect = now_ns(); /* accepted: for --dc-idle-close-ms */
                 ep_watch(d, 0);
             }
             continue;
@@ -969,6 +971,14 @@ static void run_events(int timeout_ms)
             continue;
         }
         update_watch(e);
+    }
+    if (o.dc_idle_close_ms > 0) { /* a DC that drops idle pre-connected sockets (FIN) */
+        uint64_t t = now_ns(), idle = (uint64_t)o.dc_idle_close_ms * 1000000ull;
+        for (size_t fd = 0; fd < eps_cap; fd++) {
+            struct ep *d = eps[fd];
+            if (d && d->is_dc && d->st == S_DC_HDR && d->in_len == 0 && t - d->t_connect >= idle)
+                ep_close(d);
+        }
     }
 }
 
@@ -1002,7 +1012,8 @@ static void usage(void)
             "  [--proxy-pid PID | --proxy-pidfile F] [--proxy-log F] [--csv F] [--label S]\n"
             "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet] [--direct] [--spin] [--lat-file F]\n"
             "  [--dc-netns /proc/PID/ns/net] [--dc-addr IPV4]\n"
-            "  [--hs-file F] [--burst N --bursts K --gap-ms MS]  (handshake workload)\n"
+            "  [--hs-file F] [--burst N --bursts K --gap-ms MS [--gap-jitter-ms MS]]  (handshake)\n"
+            "  [--dc-idle-close-ms MS]  (the DC sink drops connections silent that long)\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
             "plain secret, dd the dd tag on a dd secret, tls FakeTLS on an ee secret (dd inside).\n"
             "Holding N connections takes 2N descriptors here (N clients + N DC sides).\n");
@@ -1085,6 +1096,10 @@ int main(int argc, char **argv)
             o.bursts = atoi(v);
         else if (ARG("--gap-ms"))
             o.gap_ms = atoi(v);
+        else if (ARG("--gap-jitter-ms"))
+            o.gap_jitter_ms = atoi(v);
+        else if (ARG("--dc-idle-close-ms"))
+            o.dc_idle_close_ms = atoi(v);
         else
             usage();
 #undef ARG
@@ -1189,7 +1204,8 @@ int main(int argc, char **argv)
             }
             if (hs_done - started < (uint64_t)o.conns)
                 note_error("burst: handshakes missing");
-            uint64_t gap_end = now_ns() + (uint64_t)o.gap_ms * 1000000ull;
+            int gap = o.gap_ms + (o.gap_jitter_ms > 0 ? rand() % (o.gap_jitter_ms + 1) : 0);
+            uint64_t gap_end = now_ns() + (uint64_t)gap * 1000000ull;
             while (now_ns() < gap_end)
                 run_events(1);
         }

@@ -4,7 +4,8 @@
 #
 #   bench/dcpool.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--rtt "20 100"]
 #                   [--pools "0 1 2 4"] [--singles N] [--burst N] [--bursts K] [--client dd|tls]
-#                   [--cost-pools "0 1 2 4 8"] [--no-cost]
+#                   [--cost-pools "0 1 2 4 8"] [--no-cost] [--no-latency]
+#                   [--idle-close MS [--race-rtt 200] [--race-n 60] [--prev-build DIR]]
 #
 # Latency: bench_delayline puts bench_load's DC sink behind a user-space delay line (two TUN
 # devices, the sink in the line's far namespace on 10.77.0.2, every packet SYN included delayed
@@ -20,6 +21,12 @@
 # Cost (loopback, no delay): a proxy with the 6 DC ids of the built-in table all pointing at the
 # sink, 1 and 2 workers, one idle relayed client, for each --cost-pools size: its CPU over a 4 s
 # idle window, VmRSS, open descriptors and the DC-side connections it holds.
+#
+# --idle-close MS: a DC that drops pre-connected sockets silent for MS ms (as a real DC may):
+# over --race-rtt, --race-n handshakes one at a time, gaps drawn uniformly in [0, MS] ms, with
+# dc-pool 0 and 1, for this build and the one in --prev-build DIR if given (its mtproxy): how
+# many failed (the client got a pooled socket whose FIN was already on its way), and the pool's
+# drops and recycles. Rows in dcpool-race.csv and a table in dcpool.md.
 #
 # Writes dcpool.csv, dcpool-cost.csv and dcpool.md into OUT (default bench/results; --quick:
 # BUILD/results-dcpool-quick, one round, RTT 20, pools 0 and 2, few handshakes). Runs itself in
@@ -43,7 +50,12 @@ BURSTS=4
 CLIENT=dd
 COST_POOLS="0 1 2 4 8"
 COST=1
+LATENCY=1
 QUICK=0
+IDLE_CLOSE=0
+RACE_RTT=200
+RACE_N=60
+PREV_BUILD=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 REPEAT=1 RTTS=20 POOLS="0 2" SINGLES=4 BURST=8 BURSTS=1 COST_POOLS="0 2" ;;
@@ -58,7 +70,12 @@ while [ $# -gt 0 ]; do
     --client) CLIENT=$2; shift ;;
     --cost-pools) COST_POOLS=$2; shift ;;
     --no-cost) COST=0 ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-latency) LATENCY=0 ;;
+    --idle-close) IDLE_CLOSE=$2; shift ;;
+    --race-rtt) RACE_RTT=$2; shift ;;
+    --race-n) RACE_N=$2; shift ;;
+    --prev-build) PREV_BUILD=$2; shift ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "dcpool.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -84,19 +101,19 @@ tls) SECRET="ee${K}$(printf 'example.com' | od -An -tx1 | tr -d ' \n')" ;;
 esac
 CSV=$OUT/dcpool.csv
 COST_CSV=$OUT/dcpool-cost.csv
-echo "rtt_ms,pool,mode,run,dc_p50_ms,dc_p90_ms,dc_p99_ms,dc_max_ms,echo_p50_ms,echo_p90_ms,echo_p99_ms,echo_max_ms,handshakes,claims,errors" >"$CSV"
+[ "$LATENCY" = 1 ] && echo "rtt_ms,pool,mode,run,dc_p50_ms,dc_p90_ms,dc_p99_ms,dc_max_ms,echo_p50_ms,echo_p90_ms,echo_p99_ms,echo_max_ms,handshakes,claims,errors" >"$CSV"
 
-# pool_stats: the proxy's "dc_pool connects C claims N dropped D failures F" (after SIGUSR1).
-pool_stats() {
-    local before
-    before=$(grep -c 'stats: dc_pool' "$WORK/proxy.log" || true)
-    kill -USR1 "$PROXY_PID"
-    for _ in $(seq 100); do
-        [ "$(grep -c 'stats: dc_pool' "$WORK/proxy.log" || true)" -gt "$before" ] && break
-        sleep 0.02
-    done
-    grep 'stats: dc_pool' "$WORK/proxy.log" | tail -1 | sed 's/.*stats: dc_pool //'
-}
+# start_delayline RTT: bench_delayline with RTT/2 each way; DL_PID.
+start_delayline() {
+    rm -f "$WORK/dl.ready"
+    "$DELAY" --delay-ms "$(awk -v r="$1" 'BEGIN { print r / 2 }')" --ready "$WORK/dl.ready" \
+        --seconds 900 2>"$WORK/dl.err" &
+    DL_PID=$!
+    for _ in $(seq 200); do [ -s "$WORK/dl.ready" ] && break; sleep 0.02; done
+    [ -s "$WORK/dl.ready" ] || { echo "dcpool.sh: delay line did not start" >&2; cat "$WORK/dl.err" >&2; exit 1; }
+
+# pool_stats: the proxy's "connects C claims N dropped D failures F recycled R" now.
+pool_stats() { bench_stats_line "dc_pool "; }
 
 # run_hs RTT POOL MODE RUN ARGS...: the sink starts first (waiting --pre-wait in its far
 # namespace), then a fresh proxy whose pool connects at once; one CSV row.
@@ -131,13 +148,9 @@ run_hs() {
     echo "dcpool.sh: rtt $rtt ms pool $pool $mode run $run: to DC p50 $((${d50%.*} / 1000)) ms, echo p50 $((${e50%.*} / 1000)) ms, $ne handshakes, $claims from the pool" >&2
 }
 
+[ "$LATENCY" = 1 ] || RTTS=""
 for rtt in $RTTS; do
-    rm -f "$WORK/dl.ready"
-    half=$(awk -v r="$rtt" 'BEGIN { print r / 2 }')
-    "$DELAY" --delay-ms "$half" --ready "$WORK/dl.ready" --seconds 900 2>"$WORK/dl.err" &
-    DL_PID=$!
-    for _ in $(seq 200); do [ -s "$WORK/dl.ready" ] && break; sleep 0.02; done
-    [ -s "$WORK/dl.ready" ] || { echo "dcpool.sh: delay line did not start" >&2; cat "$WORK/dl.err" >&2; exit 1; }
+    start_delayline "$rtt"
     for run in $(seq "$REPEAT"); do
         for pool in $POOLS; do
             run_hs "$rtt" "$pool" single "$run" --burst 1 --bursts "$SINGLES" \
@@ -152,9 +165,49 @@ for rtt in $RTTS; do
     DL_PID=""
 done
 
+# ---- a DC that drops idle pooled sockets: does a client ever get one that is closing? ----
+RACE_CSV=$OUT/dcpool-race.csv
+[ "$IDLE_CLOSE" -gt 0 ] && echo "build,rtt_ms,idle_close_ms,pool,handshakes,ok,failed,claims,dropped,recycled,echo_p50_ms" >"$RACE_CSV"
+}
+if [ "$IDLE_CLOSE" -gt 0 ]; then
+    start_delayline "$RACE_RTT"
+    builds=("this:$MTPROXY")
+    [ -n "$PREV_BUILD" ] && builds+=("prev:$PREV_BUILD/mtproxy")
+    THIS_MTPROXY=$MTPROXY
+    for b in "${builds[@]}"; do
+        MTPROXY=${b#*:}
+        for pool in 0 1; do
+            rm -f "$WORK/hs.txt" "$WORK/proxy.pid"
+            timeout 600 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "$SECRET" \
+                --client "$CLIENT" --workload handshake --dc-netns "/proc/$DL_PID/ns/net" \
+                --dc-addr 10.77.0.2 --proxy-pidfile "$WORK/proxy.pid" --pre-wait 3 \
+                --hs-file "$WORK/hs.txt" --quiet --burst 1 --bursts "$RACE_N" --gap-ms 0 \
+                --gap-jitter-ms "$IDLE_CLOSE" --dc-idle-close-ms "$IDLE_CLOSE" \
+                >"$WORK/load.out" 2>&1 &
+            load=$!
+            sleep 0.1
+            BENCH_DC_HOST=10.77.0.2 bench_start_proxy dcpool 600 --secret "u:$SECRET" \
+                --dc-pool "$pool"
+            wait "$load" || true
+            st=$(pool_stats)
+            bench_stop_proxy
+            read -r _ _ _ _ e50 _ _ _ _ ne <"$WORK/hs.txt"
+            # "connects C claims N dropped D failures F [recycled R]"
+            echo "${b%%:*},$RACE_RTT,$IDLE_CLOSE,$pool,$RACE_N,$ne,$((RACE_N - ne)),$(echo "$st" |
+                awk '{ printf "%s,%s,%s", $4, $6, ($10 == "" ? 0 : $10) }'),$(awk -v e="$e50" \
+                'BEGIN { printf "%.1f", e / 1000 }')" >>"$RACE_CSV"
+            echo "dcpool.sh: race: $(tail -1 "$RACE_CSV")" >&2
+        done
+    done
+    MTPROXY=$THIS_MTPROXY
+    kill "$DL_PID"
+    wait "$DL_PID" || true
+    DL_PID=""
+fi
+
 # ---- cost at idle: loopback, the built-in table's 6 ids on our sink ----
-echo "workers,pool,proxy_cpu_s,seconds,rss_kb,fds,dc_conns" >"$COST_CSV"
 if [ "$COST" = 1 ]; then
+    echo "workers,pool,proxy_cpu_s,seconds,rss_kb,fds,dc_conns" >"$COST_CSV"
     ids=()
     for id in 1 3 4 5 203; do ids+=(--dc "$id 127.0.0.1:$DCPORT"); done
     for workers in 1 2; do
@@ -214,6 +267,17 @@ if cost:
     for r in cost:
         out.append("| %s | %s | %.4f | %s | %s | %s |" % (r["workers"], r["pool"],
                    float(r["proxy_cpu_s"]) / float(r["seconds"]), r["rss_kb"], r["fds"], r["dc_conns"]))
+import os
+race = os.path.join(os.path.dirname(sys.argv[3]), "dcpool-race.csv")
+rr = list(csv.DictReader(open(race))) if os.path.exists(race) else []
+if rr:
+    out.append("\n# A DC that drops pooled sockets idle for %s ms, RTT %s ms, %s handshakes one at a time, gaps uniform in [0, %s] ms\n"
+               % (rr[0]["idle_close_ms"], rr[0]["rtt_ms"], rr[0]["handshakes"], rr[0]["idle_close_ms"]))
+    out.append("| build | dc-pool | failed handshakes | pooled | DC drops | recycled | echo p50 ms |")
+    out.append("|---|---|---|---|---|---|---|")
+    for r in rr:
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (r["build"], r["pool"], r["failed"], r["claims"],
+                   r["dropped"], r["recycled"], r["echo_p50_ms"]))
 open(sys.argv[3], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 EOF

@@ -55,3 +55,16 @@ bench_stop_proxy() {
     PROXY_PID=""
     TIMEOUT_PID=""
 }
+
+# bench_stats_line KEY: the rest of a fresh "stats: KEY..." line of the proxy's log (SIGUSR1 to
+# PROXY_PID, then waits up to 2 s for the new line), e.g. KEY "dc_pool " gives "connects C ...".
+bench_stats_line() {
+    local before
+    before=$(grep -c "stats: $1" "$WORK/proxy.log" || true)
+    kill -USR1 "$PROXY_PID"
+    for _ in $(seq 100); do
+        [ "$(grep -c "stats: $1" "$WORK/proxy.log" || true)" -gt "$before" ] && break
+        sleep 0.02
+    done
+    grep "stats: $1" "$WORK/proxy.log" | tail -1 | sed "s/.*stats: $1//"
+}
