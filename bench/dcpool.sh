@@ -5,7 +5,8 @@
 #   bench/dcpool.sh [--quick] [--build-dir DIR] [--out DIR] [--repeat N] [--rtt "20 100"]
 #                   [--pools "0 1 2 4"] [--singles N] [--burst N] [--bursts K] [--client dd|tls]
 #                   [--cost-pools "0 1 2 4 8"] [--no-cost] [--no-latency]
-#                   [--idle-close MS [--race-rtt 200] [--race-n 60] [--prev-build DIR]]
+#                   [--idle-close MS [--race-rtt 200] [--race-n 60] [--race-gap MS] [--race-jitter MS]
+#                    [--race-pools "0 1"] [--prev-build DIR]]
 #
 # Latency: bench_delayline puts bench_load's DC sink behind a user-space delay line (two TUN
 # devices, the sink in the line's far namespace on 10.77.0.2, every packet SYN included delayed
@@ -23,10 +24,11 @@
 # idle window, VmRSS, open descriptors and the DC-side connections it holds.
 #
 # --idle-close MS: a DC that drops pre-connected sockets silent for MS ms (as a real DC may):
-# over --race-rtt, --race-n handshakes one at a time, gaps drawn uniformly in [0, MS] ms, with
-# dc-pool 0 and 1, for this build and the one in --prev-build DIR if given (its mtproxy): how
+# over --race-rtt, --race-n handshakes one at a time, gaps drawn uniformly in [G, G + J] ms
+# (G = --race-gap, default 0; J = --race-jitter, default MS), with each of --race-pools, for
+# this build and the one in --prev-build DIR if given (its mtproxy): how
 # many failed (the client got a pooled socket whose FIN was already on its way), and the pool's
-# drops and recycles. Rows in dcpool-race.csv and a table in dcpool.md.
+# drops and recycles. Rows appended to dcpool-race.csv, a table in dcpool.md.
 #
 # Writes dcpool.csv, dcpool-cost.csv and dcpool.md into OUT (default bench/results; --quick:
 # BUILD/results-dcpool-quick, one round, RTT 20, pools 0 and 2, few handshakes). Runs itself in
@@ -55,6 +57,9 @@ QUICK=0
 IDLE_CLOSE=0
 RACE_RTT=200
 RACE_N=60
+RACE_GAP=0
+RACE_JITTER=""
+RACE_POOLS="0 1"
 PREV_BUILD=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -74,6 +79,9 @@ while [ $# -gt 0 ]; do
     --idle-close) IDLE_CLOSE=$2; shift ;;
     --race-rtt) RACE_RTT=$2; shift ;;
     --race-n) RACE_N=$2; shift ;;
+    --race-gap) RACE_GAP=$2; shift ;;
+    --race-jitter) RACE_JITTER=$2; shift ;;
+    --race-pools) RACE_POOLS=$2; shift ;;
     --prev-build) PREV_BUILD=$2; shift ;;
     -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "dcpool.sh: unknown option $1" >&2; exit 2 ;;
@@ -167,7 +175,8 @@ done
 
 # ---- a DC that drops idle pooled sockets: does a client ever get one that is closing? ----
 RACE_CSV=$OUT/dcpool-race.csv
-[ "$IDLE_CLOSE" -gt 0 ] && echo "build,rtt_ms,idle_close_ms,pool,handshakes,ok,failed,claims,dropped,recycled,echo_p50_ms" >"$RACE_CSV"
+RACE_JITTER=${RACE_JITTER:-$IDLE_CLOSE}
+[ "$IDLE_CLOSE" -gt 0 ] && [ ! -s "$RACE_CSV" ] && echo "build,rtt_ms,idle_close_ms,gap_min_ms,gap_max_ms,pool,handshakes,ok,failed,claims,dropped,recycled,echo_p50_ms" >"$RACE_CSV"
 }
 if [ "$IDLE_CLOSE" -gt 0 ]; then
     start_delayline "$RACE_RTT"
@@ -176,13 +185,13 @@ if [ "$IDLE_CLOSE" -gt 0 ]; then
     THIS_MTPROXY=$MTPROXY
     for b in "${builds[@]}"; do
         MTPROXY=${b#*:}
-        for pool in 0 1; do
+        for pool in $RACE_POOLS; do
             rm -f "$WORK/hs.txt" "$WORK/proxy.pid"
             timeout 600 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "$SECRET" \
                 --client "$CLIENT" --workload handshake --dc-netns "/proc/$DL_PID/ns/net" \
                 --dc-addr 10.77.0.2 --proxy-pidfile "$WORK/proxy.pid" --pre-wait 3 \
-                --hs-file "$WORK/hs.txt" --quiet --burst 1 --bursts "$RACE_N" --gap-ms 0 \
-                --gap-jitter-ms "$IDLE_CLOSE" --dc-idle-close-ms "$IDLE_CLOSE" \
+                --hs-file "$WORK/hs.txt" --quiet --burst 1 --bursts "$RACE_N" --gap-ms "$RACE_GAP" \
+                --gap-jitter-ms "$RACE_JITTER" --dc-idle-close-ms "$IDLE_CLOSE" \
                 >"$WORK/load.out" 2>&1 &
             load=$!
             sleep 0.1
@@ -193,7 +202,7 @@ if [ "$IDLE_CLOSE" -gt 0 ]; then
             bench_stop_proxy
             read -r _ _ _ _ e50 _ _ _ _ ne <"$WORK/hs.txt"
             # "connects C claims N dropped D failures F [recycled R]"
-            echo "${b%%:*},$RACE_RTT,$IDLE_CLOSE,$pool,$RACE_N,$ne,$((RACE_N - ne)),$(echo "$st" |
+            echo "${b%%:*},$RACE_RTT,$IDLE_CLOSE,$RACE_GAP,$((RACE_GAP + RACE_JITTER)),$pool,$RACE_N,$ne,$((RACE_N - ne)),$(echo "$st" |
                 awk '{ printf "%s,%s,%s", $4, $6, ($10 == "" ? 0 : $10) }'),$(awk -v e="$e50" \
                 'BEGIN { printf "%.1f", e / 1000 }')" >>"$RACE_CSV"
             echo "dcpool.sh: race: $(tail -1 "$RACE_CSV")" >&2
@@ -237,8 +246,10 @@ fi
 
 python3 - "$CSV" "$COST_CSV" "$OUT/dcpool.md" "$CLIENT" <<'EOF'
 import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-cost = list(csv.DictReader(open(sys.argv[2])))
+import os
+load = lambda f: list(csv.DictReader(open(f))) if os.path.exists(f) else []
+rows = load(sys.argv[1])
+cost = load(sys.argv[2])
 out = []
 out.append("# DC pool: new-connection latency over a DC link with a round trip (%s clients)\n" % sys.argv[4])
 out.append("Medians over runs of each run's percentile; ms from the client's connect. \"to DC\": the DC has "
@@ -267,17 +278,16 @@ if cost:
     for r in cost:
         out.append("| %s | %s | %.4f | %s | %s | %s |" % (r["workers"], r["pool"],
                    float(r["proxy_cpu_s"]) / float(r["seconds"]), r["rss_kb"], r["fds"], r["dc_conns"]))
-import os
 race = os.path.join(os.path.dirname(sys.argv[3]), "dcpool-race.csv")
 rr = list(csv.DictReader(open(race))) if os.path.exists(race) else []
 if rr:
-    out.append("\n# A DC that drops pooled sockets idle for %s ms, RTT %s ms, %s handshakes one at a time, gaps uniform in [0, %s] ms\n"
-               % (rr[0]["idle_close_ms"], rr[0]["rtt_ms"], rr[0]["handshakes"], rr[0]["idle_close_ms"]))
-    out.append("| build | dc-pool | failed handshakes | pooled | DC drops | recycled | echo p50 ms |")
-    out.append("|---|---|---|---|---|---|---|")
+    out.append("\n# A DC that drops pooled sockets idle for %s ms, RTT %s ms, %s handshakes one at a time\n"
+               % (rr[0]["idle_close_ms"], rr[0]["rtt_ms"], rr[0]["handshakes"]))
+    out.append("| build | gaps ms | dc-pool | failed handshakes | pooled | DC drops | recycled | echo p50 ms |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for r in rr:
-        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (r["build"], r["pool"], r["failed"], r["claims"],
-                   r["dropped"], r["recycled"], r["echo_p50_ms"]))
+        out.append("| %s | %s–%s | %s | %s | %s | %s | %s | %s |" % (r["build"], r["gap_min_ms"], r["gap_max_ms"],
+                   r["pool"], r["failed"], r["claims"], r["dropped"], r["recycled"], r["echo_p50_ms"]))
 open(sys.argv[3], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 EOF
