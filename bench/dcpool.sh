@@ -109,7 +109,7 @@ tls) SECRET="ee${K}$(printf 'example.com' | od -An -tx1 | tr -d ' \n')" ;;
 esac
 CSV=$OUT/dcpool.csv
 COST_CSV=$OUT/dcpool-cost.csv
-[ "$LATENCY" = 1 ] && echo "rtt_ms,pool,mode,run,dc_p50_ms,dc_p90_ms,dc_p99_ms,dc_max_ms,echo_p50_ms,echo_p90_ms,echo_p99_ms,echo_max_ms,handshakes,claims,errors" >"$CSV"
+[ "$LATENCY" = 0 ] || echo "rtt_ms,pool,mode,run,dc_p50_ms,dc_p90_ms,dc_p99_ms,dc_max_ms,echo_p50_ms,echo_p90_ms,echo_p99_ms,echo_max_ms,handshakes,claims,errors" >"$CSV"
 
 # start_delayline RTT: bench_delayline with RTT/2 each way; DL_PID.
 start_delayline() {
@@ -119,6 +119,7 @@ start_delayline() {
     DL_PID=$!
     for _ in $(seq 200); do [ -s "$WORK/dl.ready" ] && break; sleep 0.02; done
     [ -s "$WORK/dl.ready" ] || { echo "dcpool.sh: delay line did not start" >&2; cat "$WORK/dl.err" >&2; exit 1; }
+}
 
 # pool_stats: the proxy's "connects C claims N dropped D failures F recycled R" now.
 pool_stats() { bench_stats_line "dc_pool "; }
@@ -176,9 +177,8 @@ done
 # ---- a DC that drops idle pooled sockets: does a client ever get one that is closing? ----
 RACE_CSV=$OUT/dcpool-race.csv
 RACE_JITTER=${RACE_JITTER:-$IDLE_CLOSE}
-[ "$IDLE_CLOSE" -gt 0 ] && [ ! -s "$RACE_CSV" ] && echo "build,rtt_ms,idle_close_ms,gap_min_ms,gap_max_ms,pool,handshakes,ok,failed,claims,dropped,recycled,echo_p50_ms" >"$RACE_CSV"
-}
 if [ "$IDLE_CLOSE" -gt 0 ]; then
+    [ -s "$RACE_CSV" ] || echo "build,rtt_ms,idle_close_ms,gap_min_ms,gap_max_ms,pool,handshakes,ok,failed,claims,dropped,recycled,echo_p50_ms" >"$RACE_CSV"
     start_delayline "$RACE_RTT"
     builds=("this:$MTPROXY")
     [ -n "$PREV_BUILD" ] && builds+=("prev:$PREV_BUILD/mtproxy")
