@@ -708,7 +708,8 @@ static void on_readable(struct ep *e)
     for (int rounds = 0; rounds < 4; rounds++) {
         ssize_t n = recv(e->fd, iobuf, BL_IO, 0);
         if (n == 0) {
-            if (phase_run && o.wl != WL_HS)
+            /* a DC side that never got a header is a pooled socket the proxy recycled */
+            if (phase_run && o.wl != WL_HS && !(e->is_dc && e->st == S_DC_HDR && !e->in_len))
                 note_error(e->is_dc ? "DC side: proxy closed" : "client: proxy closed");
             e->st = S_DONE;
             return;

@@ -36,6 +36,7 @@
 set -euo pipefail
 
 if [ -z "${DCPOOL_IN_NETNS:-}" ]; then
+    [ "$(id -u)" = 0 ] || { echo "dcpool.sh: needs root (TUN devices, network namespaces)" >&2; exit 77; }
     exec unshare -n env DCPOOL_IN_NETNS=1 sh -c 'ip link set lo up && exec "$@"' dcpool \
         bash "$0" "$@"
 fi
@@ -51,6 +52,7 @@ BURST=64
 BURSTS=4
 CLIENT=dd
 COST_POOLS="0 1 2 4 8"
+COST_WORKERS="1 2"
 COST=1
 LATENCY=1
 QUICK=0
@@ -63,7 +65,8 @@ RACE_POOLS="0 1"
 PREV_BUILD=""
 while [ $# -gt 0 ]; do
     case "$1" in
-    --quick) QUICK=1 REPEAT=1 RTTS=20 POOLS="0 2" SINGLES=4 BURST=8 BURSTS=1 COST_POOLS="0 2" ;;
+    --quick) QUICK=1 REPEAT=1 RTTS=20 POOLS="0 2" SINGLES=4 BURST=8 BURSTS=1 COST_POOLS="0 2"
+        COST_WORKERS=2 ;;
     --build-dir) BUILD=$2; shift ;;
     --out) OUT=$2; shift ;;
     --repeat) REPEAT=$2; shift ;;
@@ -219,7 +222,7 @@ if [ "$COST" = 1 ]; then
     echo "workers,pool,proxy_cpu_s,seconds,rss_kb,fds,dc_conns" >"$COST_CSV"
     ids=()
     for id in 1 3 4 5 203; do ids+=(--dc "$id 127.0.0.1:$DCPORT"); done
-    for workers in 1 2; do
+    for workers in $COST_WORKERS; do
         for pool in $COST_POOLS; do
             rm -f "$WORK/cost.csv" "$WORK/proxy.pid"
             timeout 60 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "$SECRET" \

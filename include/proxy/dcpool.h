@@ -23,6 +23,7 @@ struct dcpool_slot {
     ev_io io;
     ev_timer timer;  /* connect timeout, or back-off before reconnecting */
     ev_tstamp born;  /* when it became ready */
+    double last_drop; /* life of this slot's last socket the DC closed (0: none yet) */
     struct socks_dial sd; /* through socks5: the handshake's progress before it is ready */
 };
 
@@ -32,8 +33,9 @@ struct dcpool {
     int id;
     int first, count;  /* its addresses in the dc table */
     int fails;         /* consecutive failures, for back-off */
-    double idle_life;  /* life of the last ready socket the DC closed (0: none yet): the DC's
-                        * idle timeout, learnt; sockets are recycled before it runs out */
+    double idle_life;  /* the DC's idle timeout as learnt (0: not yet): two drops in a row
+                        * of one slot, the longer of their lives (so one early close, say a
+                        * DC restart, teaches nothing); sockets are recycled before it */
     struct dcpool_slot *slots;
 };
 
@@ -62,7 +64,7 @@ struct dcpool_set {
 };
 
 /* A ready socket is closed and replaced (recycled) after DCPOOL_MAX_IDLE seconds unused, or
- * sooner, at DCPOOL_RECYCLE_SHARE of the DC's idle timeout once one was seen (a DC closing it
+ * sooner, at DCPOOL_RECYCLE_SHARE of the DC's idle timeout once learnt (a DC closing it
  * first would race a client claiming it: its close is still on the way while the client's
  * first bytes go out). The age cap also bounds how long a path that went silent (a NAT that
  * forgot the connection) can hide a dead socket. */

@@ -124,13 +124,18 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
         slot_backoff(sl);
         return;
     }
-    /* The DC's idle timeout (the last one seen: a DC that shortens it is followed at once;
-     * one closing everything early, say on a restart, costs only earlier recycling). The
-     * other ready sockets, as old, are recycled now if their time already passed. */
-    p->idle_life = life;
-    for (int k = 0; k < p->set->per_dc; k++)
-        if (p->slots[k].ready)
-            slot_arm_recycle(&p->slots[k]);
+    /* The DC's idle timeout: learnt from two drops in a row of this slot (the longer life),
+     * so a single early close (a DC restart, a path reset) teaches nothing that would make
+     * the pool reconnect more often than it must; a DC that really shortens its timeout is
+     * followed after two drops. The other ready sockets are re-armed (recycled now if their
+     * time already passed). */
+    if (sl->last_drop > 0) {
+        p->idle_life = life > sl->last_drop ? life : sl->last_drop;
+        for (int k = 0; k < p->set->per_dc; k++)
+            if (p->slots[k].ready)
+                slot_arm_recycle(&p->slots[k]);
+    }
+    sl->last_drop = life;
     slot_connect(sl);
 }
 

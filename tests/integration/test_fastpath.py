@@ -163,15 +163,15 @@ def test_dc_pool_claimed_socket_works(procs):
 
 
 def test_dc_pool_learns_idle_timeout_recycles_first(procs):
-    # DC 2 drops a socket that stays silent for 1.5 s (long enough not to count as a failure).
-    # After the first drop the pool knows the DC's idle timeout and replaces its socket at 3/4
-    # of it, before the DC closes it: no more drops (a drop racing a client's claim would hand
-    # that client a socket whose FIN is on its way), recycles instead, and clients still work.
-    env = FastEnv(procs, ["--dc-pool", "1"], dc_modes={2: "idleclose:1500"})
-    assert wait_until(lambda: _pool(env)[1]["dropped"] >= 1, 10), _pool(env)
+    # DC 2 drops a socket that stays silent for 2 s (long enough not to count as a failure).
+    # After two drops in a row the pool knows the DC's idle timeout and replaces its socket at
+    # 3/4 of it, before the DC closes it: no more drops (a drop racing a client's claim would
+    # hand that client a socket whose FIN is on its way), recycles instead; clients still work.
+    env = FastEnv(procs, ["--dc-pool", "1"], dc_modes={2: "idleclose:2000"})
+    assert wait_until(lambda: _pool(env)[1]["dropped"] >= 2, 12), _pool(env)
     time.sleep(0.2)
     _, p0 = _pool(env)
-    time.sleep(3.5)  # three recycle periods of ~1.1 s
+    time.sleep(4.0)  # two and a half recycle periods of ~1.5 s
     _, p1 = _pool(env)
     assert p1["recycled"] - p0["recycled"] >= 2, (p0, p1)
     assert p1["dropped"] == p0["dropped"], (p0, p1)
