@@ -21,7 +21,7 @@ struct dcpool_slot {
     int ready;       /* connected and idle */
     int addr_try;    /* index of the address being tried, within the pool's addresses */
     ev_io io;
-    ev_timer timer;  /* connect timeout, or back-off before reconnecting */
+    ev_timer timer;  /* connect timeout, back-off before reconnecting, or (ready) recycle */
     ev_tstamp born;  /* when it became ready */
     double last_drop; /* life of this slot's last socket the DC closed (0: none yet) */
     struct socks_dial sd; /* through socks5: the handshake's progress before it is ready */
