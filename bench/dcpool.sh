@@ -86,7 +86,7 @@ while [ $# -gt 0 ]; do
     --race-jitter) RACE_JITTER=$2; shift ;;
     --race-pools) RACE_POOLS=$2; shift ;;
     --prev-build) PREV_BUILD=$2; shift ;;
-    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "dcpool.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift

@@ -14,13 +14,15 @@
 # µs per handshake or CPU-s per GB, each worker thread's share of it (/proc/PID/task), the load
 # tool's own CPU, and the connections each worker accepted (SIGUSR1 "per-worker accepted").
 # --busy "0 20": each cell also for each busy-poll value (µs; the proxy's default is 20 on 2+
-# CPUs: a worker that ran callbacks polls that long before sleeping). Then the spread alone: 64 and 1,000 idle connections to a two-worker proxy, --spread-runs
-# times each. Writes workers.csv, workers-spread.csv and workers.md into OUT (default
-# bench/results; --quick: BUILD/results-workers-quick, 1 short run). Runs itself in a network
-# namespace of its own (unshare -n, root).
+# CPUs: a worker that ran callbacks polls that long before sleeping). Then the spread alone:
+# 64 and 1,000 idle connections to a two-worker proxy, --spread-runs times each. Writes
+# workers.csv, workers-spread.csv and workers.md into OUT (default bench/results; --quick:
+# BUILD/results-workers-quick, 1 short run). Runs itself in a network namespace of its own
+# (unshare -n, root).
 set -euo pipefail
 
 if [ -z "${WORKERS_IN_NETNS:-}" ]; then
+    [ "$(id -u)" = 0 ] || { echo "workers.sh: needs root (network namespace)" >&2; exit 77; }
     exec unshare -n env WORKERS_IN_NETNS=1 sh -c 'ip link set lo up && exec "$@"' workers \
         bash "$0" "$@"
 fi
