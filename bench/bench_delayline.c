@@ -143,6 +143,12 @@ static void dir_init(struct dir *d, int in_fd, int out_fd, size_t cap, size_t sl
         fail("malloc");
 }
 
+static void dir_free(struct dir *d)
+{
+    free(d->meta);
+    free(d->data);
+}
+
 /* Reads every packet waiting on the direction's input, stamping each due at now + delay. */
 static void dir_read(struct dir *d, uint64_t delay)
 {
@@ -264,6 +270,10 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "delayline: up %llu down %llu dropped %llu\n", up.passed, down.passed,
             up.dropped + down.dropped);
+    dir_free(&up);
+    dir_free(&down);
+    close(near_fd);
+    close(far_fd);
     return 0;
 usage:
     fprintf(stderr, "usage: bench_delayline --delay-ms D [--near IP] [--far IP] [--mtu N] "
