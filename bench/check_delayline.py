@@ -40,8 +40,9 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     binary = sys.argv[1]
-    if os.geteuid() != 0 or os.environ.get("MTPROXY_IN_NETNS") != "1":
-        print("check_delayline: skipped: needs root inside tests/netns.sh (TUN devices)",
+    if (os.geteuid() != 0 or os.environ.get("MTPROXY_IN_NETNS") != "1"
+            or not os.path.exists("/dev/net/tun")):
+        print("check_delayline: skipped: needs root inside tests/netns.sh and /dev/net/tun",
               file=sys.stderr)
         return 77
     delay = float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--delay-ms" else 20.0

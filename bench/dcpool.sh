@@ -36,7 +36,8 @@
 set -euo pipefail
 
 if [ -z "${DCPOOL_IN_NETNS:-}" ]; then
-    [ "$(id -u)" = 0 ] || { echo "dcpool.sh: needs root (TUN devices, network namespaces)" >&2; exit 77; }
+    [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ] ||
+        { echo "dcpool.sh: needs root and /dev/net/tun (TUN devices, network namespaces)" >&2; exit 77; }
     exec unshare -n env DCPOOL_IN_NETNS=1 sh -c 'ip link set lo up && exec "$@"' dcpool \
         bash "$0" "$@"
 fi
