@@ -285,13 +285,14 @@ if cost:
 race = os.path.join(os.path.dirname(sys.argv[3]), "dcpool-race.csv")
 rr = list(csv.DictReader(open(race))) if os.path.exists(race) else []
 if rr:
-    out.append("\n# A DC that drops pooled sockets idle for %s ms, RTT %s ms, %s handshakes one at a time\n"
-               % (rr[0]["idle_close_ms"], rr[0]["rtt_ms"], rr[0]["handshakes"]))
-    out.append("| build | gaps ms | dc-pool | failed handshakes | pooled | DC drops | recycled | echo p50 ms |")
+    out.append("\n# A DC that drops pooled sockets idle for %s ms, RTT %s ms, handshakes one at a time\n"
+               % (rr[0]["idle_close_ms"], rr[0]["rtt_ms"]))
+    out.append("| build | gaps ms | dc-pool | failed / handshakes | pooled | DC drops | recycled | echo p50 ms |")
     out.append("|---|---|---|---|---|---|---|---|")
     for r in rr:
-        out.append("| %s | %s–%s | %s | %s | %s | %s | %s | %s |" % (r["build"], r["gap_min_ms"], r["gap_max_ms"],
-                   r["pool"], r["failed"], r["claims"], r["dropped"], r["recycled"], r["echo_p50_ms"]))
+        out.append("| %s | %s–%s | %s | %s / %s | %s | %s | %s | %s |" % (r["build"], r["gap_min_ms"],
+                   r["gap_max_ms"], r["pool"], r["failed"], r["handshakes"], r["claims"], r["dropped"],
+                   r["recycled"], r["echo_p50_ms"]))
 open(sys.argv[3], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 EOF
