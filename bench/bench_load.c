@@ -27,11 +27,13 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +117,12 @@ struct opts {
     const char *lat_file; /* round-trip percentiles p50 p99 p999 (us) and count go here */
     int concurrency;
     int quiet;
+    const char *dc_netns; /* the DC sink listens in this network namespace (a delay line's far side) */
+    const char *dc_addr;  /* ... on this IPv4 address (default 127.0.0.1) */
+    const char *hs_file;  /* handshake: connect -> DC and connect -> echo percentiles go here */
+    int burst, bursts;    /* handshake: start burst at once, bursts times, gap_ms apart */
+    int gap_ms, gap_jitter_ms; /* the gap is gap_ms + a uniform draw in [0, gap_jitter_ms] */
+    int dc_idle_close_ms; /* the DC sink closes a connection that sent nothing for this long */
 };
 
 struct proxy_snap {
@@ -135,6 +143,8 @@ static uint64_t *lat;        /* round trips, ns */
 static size_t lat_n, lat_cap;
 static uint64_t *conn_lat;   /* connect -> first DC byte, ns */
 static size_t conn_lat_n, conn_lat_cap;
+static uint64_t *echo_lat;   /* handshake: connect -> the DC's byte back at the client, ns */
+static size_t echo_lat_n, echo_lat_cap;
 static const char *first_error;
 static struct ep **clients;  /* by index */
 
@@ -546,6 +556,7 @@ static void client_payload(struct ep *e, uint8_t *p, size_t n)
 {
     if (o.wl == WL_HS) {
         hs_done++;
+        push(&echo_lat, &echo_lat_n, &echo_lat_cap, now_ns() - e->t_connect);
         e->st = S_DONE;
         return;
     }
@@ -697,7 +708,8 @@ static void on_readable(struct ep *e)
     for (int rounds = 0; rounds < 4; rounds++) {
         ssize_t n = recv(e->fd, iobuf, BL_IO, 0);
         if (n == 0) {
-            if (phase_run && o.wl != WL_HS)
+            /* a DC side that never got a header is a pooled socket the proxy recycled */
+            if (phase_run && o.wl != WL_HS && !(e->is_dc && e->st == S_DC_HDR && !e->in_len))
                 note_error(e->is_dc ? "DC side: proxy closed" : "client: proxy closed");
             e->st = S_DONE;
             return;
@@ -944,6 +956,7 @@ static void run_events(int timeout_ms)
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 struct ep *d = ep_new(fd, 1);
                 d->st = S_DC_HDR;
+                d->t_connect = now_ns(); /* accepted: for --dc-idle-close-ms */
                 ep_watch(d, 0);
             }
             continue;
@@ -960,6 +973,35 @@ static void run_events(int timeout_ms)
         }
         update_watch(e);
     }
+    if (o.dc_idle_close_ms > 0) { /* a DC that drops idle pre-connected sockets (FIN) */
+        uint64_t t = now_ns(), idle = (uint64_t)o.dc_idle_close_ms * 1000000ull;
+        for (size_t fd = 0; fd < eps_cap; fd++) {
+            struct ep *d = eps[fd];
+            if (d && d->is_dc && d->st == S_DC_HDR && d->in_len == 0 && t - d->t_connect >= idle)
+                ep_close(d);
+        }
+    }
+}
+
+/* Handshake workload: closes finished clients (restart: starts a new one in each free slot) and
+ * the DC sides whose byte went out. */
+static void hs_reap(int restart)
+{
+    for (int i = 0; i < o.conns; i++) {
+        if (clients[i] && clients[i]->st == S_DONE) {
+            ep_close(clients[i]);
+            clients[i] = NULL;
+        }
+        if (restart && !clients[i])
+            client_start(i);
+    }
+    for (size_t fd = 0; fd < eps_cap; fd++) {
+        struct ep *e = eps[fd];
+        if (e && e->is_dc && e->st == S_READY && e->out_len == 0) {
+            dcs_ready--;
+            ep_close(e);
+        }
+    }
 }
 
 static void usage(void)
@@ -970,6 +1012,9 @@ static void usage(void)
             "  [--conns N] [--seconds S] [--window W] [--interval-ms MS] [--msg-size B]\n"
             "  [--proxy-pid PID | --proxy-pidfile F] [--proxy-log F] [--csv F] [--label S]\n"
             "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet] [--direct] [--spin] [--lat-file F]\n"
+            "  [--dc-netns /proc/PID/ns/net] [--dc-addr IPV4]\n"
+            "  [--hs-file F] [--burst N --bursts K --gap-ms MS [--gap-jitter-ms MS]]  (handshake)\n"
+            "  [--dc-idle-close-ms MS]  (the DC sink drops connections silent that long)\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
             "plain secret, dd the dd tag on a dd secret, tls FakeTLS on an ee secret (dd inside).\n"
             "Holding N connections takes 2N descriptors here (N clients + N DC sides).\n");
@@ -1040,6 +1085,22 @@ int main(int argc, char **argv)
             o.concurrency = atoi(v);
         else if (strcmp(a, "--quiet") == 0)
             o.quiet = 1;
+        else if (ARG("--dc-netns"))
+            o.dc_netns = v;
+        else if (ARG("--dc-addr"))
+            o.dc_addr = v;
+        else if (ARG("--hs-file"))
+            o.hs_file = v;
+        else if (ARG("--burst"))
+            o.burst = atoi(v);
+        else if (ARG("--bursts"))
+            o.bursts = atoi(v);
+        else if (ARG("--gap-ms"))
+            o.gap_ms = atoi(v);
+        else if (ARG("--gap-jitter-ms"))
+            o.gap_jitter_ms = atoi(v);
+        else if (ARG("--dc-idle-close-ms"))
+            o.dc_idle_close_ms = atoi(v);
         else
             usage();
 #undef ARG
@@ -1077,11 +1138,25 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
 
+    /* --dc-netns: the sink's socket is made in that namespace (a socket stays in the namespace
+     * it was created in), then this process goes back to its own for the clients */
+    int home_ns = -1;
+    if (o.dc_netns) {
+        int ns = open(o.dc_netns, O_RDONLY | O_CLOEXEC);
+        home_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || home_ns < 0 || setns(ns, CLONE_NEWNET) != 0)
+            die("cannot enter --dc-netns");
+        close(ns);
+    }
     listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (home_ns >= 0 && (setns(home_ns, CLONE_NEWNET) != 0 || close(home_ns) != 0))
+        die("cannot return from --dc-netns");
     int one = 1;
     setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o.dc_port)};
     la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (o.dc_addr && inet_pton(AF_INET, o.dc_addr, &la.sin_addr) != 1)
+        die("bad --dc-addr");
     if (bind(listen_fd, (struct sockaddr *)&la, sizeof la) != 0 || listen(listen_fd, 4096) != 0)
         die(strerror(errno));
     epfd = epoll_create1(0);
@@ -1110,7 +1185,37 @@ int main(int argc, char **argv)
     double load0 = proxy_cpu(getpid()), load1;
     uint64_t t0, t1;
 
-    if (o.wl == WL_HS) {
+    if (o.wl == WL_HS && o.burst > 0) {
+        /* --burst N: N handshakes started at once, all finished (or 10 s) before the next
+         * burst, --gap-ms between bursts (a pool gets the time to refill), --bursts times */
+        o.conns = o.concurrency = o.burst;
+        free(clients);
+        clients = calloc((size_t)o.conns, sizeof *clients);
+        phase_run = 1;
+        proxy_snap(pid, &s0);
+        t0 = now_ns();
+        for (int b = 0; b < (o.bursts > 0 ? o.bursts : 1); b++) {
+            uint64_t started = hs_done;
+            for (int i = 0; i < o.conns; i++)
+                client_start(i);
+            uint64_t deadline = now_ns() + 10ull * 1000000000ull;
+            while (clients_open > 0 && now_ns() < deadline) {
+                run_events(5);
+                hs_reap(0);
+            }
+            if (hs_done - started < (uint64_t)o.conns)
+                note_error("burst: handshakes missing");
+            int gap = o.gap_ms + (o.gap_jitter_ms > 0 ? rand() % (o.gap_jitter_ms + 1) : 0);
+            uint64_t gap_end = now_ns() + (uint64_t)gap * 1000000ull;
+            while (now_ns() < gap_end)
+                run_events(1);
+        }
+        t1 = now_ns();
+        proxy_snap(pid, &s1);
+        proxy_mem(pid, &m_end);
+        m_ready = m_end;
+        phase_run = 0;
+    } else if (o.wl == WL_HS) {
         /* keep --concurrency handshakes in flight for the whole window */
         o.conns = o.concurrency > 0 ? o.concurrency : 1;
         free(clients);
@@ -1120,23 +1225,8 @@ int main(int argc, char **argv)
         t0 = now_ns();
         uint64_t until = t0 + (uint64_t)(o.seconds * 1e9);
         while (now_ns() < until) {
-            for (int i = 0; i < o.conns; i++) {
-                if (clients[i] && clients[i]->st == S_DONE) {
-                    ep_close(clients[i]);
-                    clients[i] = NULL;
-                }
-                if (!clients[i])
-                    client_start(i);
-            }
+            hs_reap(1);
             run_events(5);
-            /* the DC side is done once its byte went out; close it */
-            for (size_t fd = 0; fd < eps_cap; fd++) {
-                struct ep *e = eps[fd];
-                if (e && e->is_dc && e->st == S_READY && e->out_len == 0) {
-                    dcs_ready--;
-                    ep_close(e);
-                }
-            }
         }
         t1 = now_ns();
         proxy_snap(pid, &s1);
@@ -1229,6 +1319,21 @@ int main(int argc, char **argv)
         if (f) {
             fprintf(f, "%.1f %.1f %.1f %zu\n", pct_us(lat, lat_n, 0.5), pct_us(lat, lat_n, 0.99),
                     pct_us(lat, lat_n, 0.999), lat_n);
+            fclose(f);
+        }
+    }
+    if (echo_lat_n)
+        qsort(echo_lat, echo_lat_n, sizeof *echo_lat, cmp_u64);
+    if (o.hs_file) {
+        FILE *f = fopen(o.hs_file, "w");
+        if (f) {
+            /* connect -> DC p50 p90 p99 max, connect -> echo p50 p90 p99 max, counts (us) */
+            fprintf(f, "%.1f %.1f %.1f %.1f %.1f %.1f %.1f %.1f %zu %zu\n",
+                    pct_us(conn_lat, conn_lat_n, 0.5), pct_us(conn_lat, conn_lat_n, 0.9),
+                    pct_us(conn_lat, conn_lat_n, 0.99), pct_us(conn_lat, conn_lat_n, 1),
+                    pct_us(echo_lat, echo_lat_n, 0.5), pct_us(echo_lat, echo_lat_n, 0.9),
+                    pct_us(echo_lat, echo_lat_n, 0.99), pct_us(echo_lat, echo_lat_n, 1),
+                    conn_lat_n, echo_lat_n);
             fclose(f);
         }
     }

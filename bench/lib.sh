@@ -23,7 +23,8 @@ bench_cleanup() {
 }
 
 # bench_start_proxy NAME LIFETIME ARGS...: runs mtproxy (bounded by timeout LIFETIME) on PORT
-# with one worker, loopback only, DC 2 at our sink on DCPORT, plus ARGS; waits until it
+# with one worker, loopback only, DC 2 at our sink on DCPORT (on BENCH_DC_HOST, default
+# 127.0.0.1: bench/dcpool.sh puts it behind a delay line), plus ARGS; waits until it
 # listens. PROXY_PID is mtproxy's own pid (from its pidfile: CPU, RSS and SIGUSR1 go to it),
 # TIMEOUT_PID the timeout(1) wrapper.
 bench_start_proxy() {
@@ -32,7 +33,7 @@ bench_start_proxy() {
     : >"$WORK/proxy.log"
     rm -f "$WORK/proxy.pid"
     timeout "$life" "$MTPROXY" --listen "127.0.0.1:$PORT" --dc-builtin off --mask off \
-        --dc "2 127.0.0.1:$DCPORT" --workers 1 --log "$WORK/proxy.log" \
+        --dc "2 ${BENCH_DC_HOST:-127.0.0.1}:$DCPORT" --workers 1 --log "$WORK/proxy.log" \
         --pidfile "$WORK/proxy.pid" --state-file "$WORK/state" --probe-limit-per-ip 0 "$@" \
         >>"$WORK/proxy.out" 2>&1 &
     TIMEOUT_PID=$!
@@ -53,4 +54,17 @@ bench_stop_proxy() {
     if [ -n "${TIMEOUT_PID:-}" ]; then wait "$TIMEOUT_PID" 2>/dev/null || true; fi
     PROXY_PID=""
     TIMEOUT_PID=""
+}
+
+# bench_stats_line KEY: the rest of a fresh "stats: KEY..." line of the proxy's log (SIGUSR1 to
+# PROXY_PID, then waits up to 2 s for the new line), e.g. KEY "dc_pool " gives "connects C ...".
+bench_stats_line() {
+    local before
+    before=$(grep -c "stats: $1" "$WORK/proxy.log" || true)
+    kill -USR1 "$PROXY_PID"
+    for _ in $(seq 100); do
+        [ "$(grep -c "stats: $1" "$WORK/proxy.log" || true)" -gt "$before" ] && break
+        sleep 0.02
+    done
+    grep "stats: $1" "$WORK/proxy.log" | tail -1 | sed "s/.*stats: $1//"
 }

@@ -303,13 +303,14 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
     memset(&s, 0, sizeof s);
-    unsigned long long fd_limit = 0, pauses = 0, pool[4] = {0}, busy[2] = {0};
+    unsigned long long fd_limit = 0, pauses = 0, pool[5] = {0}, busy[2] = {0};
     for (int i = 0; i < n; i++) {
         proxy_stats_add(&s, &pws[i].stats);
         pool[0] += STAT_GET(&pws[i].dcpool.stats.connects);
         pool[1] += STAT_GET(&pws[i].dcpool.stats.claims);
         pool[2] += STAT_GET(&pws[i].dcpool.stats.dropped);
         pool[3] += STAT_GET(&pws[i].dcpool.stats.failures);
+        pool[4] += STAT_GET(&pws[i].dcpool.stats.recycled);
         fd_limit += STAT_GET(&ws[i].stats.accept_fd_limit);
         busy[0] += STAT_GET(&ws[i].stats.busy_hits);
         busy[1] += STAT_GET(&ws[i].stats.busy_misses);
@@ -352,8 +353,8 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
                                 G(closed[r]));
     log_info("stats: closed:%s", line);
-    log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu", pool[0],
-             pool[1], pool[2], pool[3]);
+    log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu recycled %llu",
+             pool[0], pool[1], pool[2], pool[3], pool[4]);
     if (pws[0].opt->middle)
         log_info("stats: me handshakes %llu handshake_fails %llu connect_fails %llu "
                  "link_drops %llu dead_closed %llu slow_closed %llu link_pauses %llu requests "

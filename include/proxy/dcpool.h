@@ -21,8 +21,9 @@ struct dcpool_slot {
     int ready;       /* connected and idle */
     int addr_try;    /* index of the address being tried, within the pool's addresses */
     ev_io io;
-    ev_timer timer;  /* connect timeout, or back-off before reconnecting */
+    ev_timer timer;  /* connect timeout, back-off before reconnecting, or (ready) recycle */
     ev_tstamp born;  /* when it became ready */
+    double last_drop; /* life of this slot's last socket the DC closed (0: none yet) */
     struct socks_dial sd; /* through socks5: the handshake's progress before it is ready */
 };
 
@@ -32,6 +33,9 @@ struct dcpool {
     int id;
     int first, count;  /* its addresses in the dc table */
     int fails;         /* consecutive failures, for back-off */
+    double idle_life;  /* the DC's idle timeout as learnt (0: not yet): two drops in a row
+                        * of one slot, the longer of their lives (so one early close, say a
+                        * DC restart, teaches nothing); sockets are recycled before it */
     struct dcpool_slot *slots;
 };
 
@@ -40,6 +44,7 @@ struct dcpool_stats {
     stat_t claims;    /* handed to a client */
     stat_t dropped;   /* ready sockets the DC closed (replaced) */
     stat_t failures;  /* connect attempts that failed */
+    stat_t recycled;  /* ready sockets we closed and replaced before the DC's idle timeout */
     stat_t ready;     /* gauge: connected idle sockets waiting for a client now */
 };
 
@@ -57,6 +62,14 @@ struct dcpool_set {
     struct sock_addr socks_addr;
     struct dcpool_stats stats;
 };
+
+/* A ready socket is closed and replaced (recycled) after DCPOOL_MAX_IDLE seconds unused, or
+ * sooner, at DCPOOL_RECYCLE_SHARE of the DC's idle timeout once learnt (a DC closing it
+ * first would race a client claiming it: its close is still on the way while the client's
+ * first bytes go out). The age cap also bounds how long a path that went silent (a NAT that
+ * forgot the connection) can hide a dead socket. */
+#define DCPOOL_MAX_IDLE 120.0
+#define DCPOOL_RECYCLE_SHARE 0.75
 
 /* Creates per_dc sockets for every DC id of the table (each id group once) and starts
  * connecting them in loop (through the SOCKS5 server at socks_addr if socks is not NULL: a

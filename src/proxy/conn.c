@@ -1455,7 +1455,7 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     if (pw->dcpool.socks)
         pw->dcpool.socks = &o->socks5;
     if (old && (old->dcs.n != g->dcs.n || memcmp(old->dcs.e, g->dcs.e, sizeof g->dcs.e)) &&
-        o->dc_pool) {
+        o->dc_pool && !o->middle) {
         /* A new DC table: the pool of idle pre-connected sockets starts over (no client
          * holds a pool socket: a claimed one belongs to its connection). */
         struct dcpool_stats keep = pw->dcpool.stats;
@@ -1647,7 +1647,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
     pw->sockopts.keepalive_s = (int)(opt->tcp_keepalive_ms / 1000);
     pw->sockopts.sndbuf = (int)opt->sndbuf;
     pw->sockopts.rcvbuf = (int)opt->rcvbuf;
-    if (dcpool_init(&pw->dcpool, w->loop, dcs, opt->dc_pool, &pw->sockopts,
+    /* middle mode never dials a DC: no pool (the dc-pool key applies to direct mode) */
+    if (dcpool_init(&pw->dcpool, w->loop, dcs, opt->middle ? 0 : opt->dc_pool, &pw->sockopts,
                     opt->connect_timeout_ms / 1000.0, opt->socks5_on ? &opt->socks5 : NULL,
                     &opt->socks5_addr))
         return -1;

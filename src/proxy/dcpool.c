@@ -57,6 +57,21 @@ static void slot_failed(struct dcpool_slot *sl)
     slot_backoff(sl);
 }
 
+/* Arms a ready socket's recycle timer: DCPOOL_MAX_IDLE after it became ready, or
+ * DCPOOL_RECYCLE_SHARE of the DC's learnt idle timeout (at once if that already passed). */
+static void slot_arm_recycle(struct dcpool_slot *sl)
+{
+    struct dcpool *p = sl->pool;
+    struct ev_loop *loop = p->set->loop;
+    double life = DCPOOL_MAX_IDLE;
+    if (p->idle_life > 0 && p->idle_life * DCPOOL_RECYCLE_SHARE < life)
+        life = p->idle_life * DCPOOL_RECYCLE_SHARE;
+    double left = sl->born + life - ev_now(loop);
+    ev_timer_stop(loop, &sl->timer);
+    ev_timer_set(&sl->timer, left > 0 ? left : 0, 0);
+    ev_timer_start(loop, &sl->timer);
+}
+
 static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct dcpool_slot *sl = io->data;
@@ -94,7 +109,7 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
         sl->born = ev_now(loop);
         p->fails = 0;
         STAT_INC(&p->set->stats.connects);
-        ev_timer_stop(loop, &sl->timer);
+        slot_arm_recycle(sl);
         ev_io_stop(loop, &sl->io);
         ev_io_set(&sl->io, sl->fd, EV_READ); /* an idle pooled socket reads only EOF/RST */
         ev_io_start(loop, &sl->io);
@@ -102,23 +117,40 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
     }
     /* Readable while idle: the DC closed it (or sent something unexpected). Replace it. */
     STAT_INC(&p->set->stats.dropped);
-    int short_lived = ev_now(loop) - sl->born < DCPOOL_SHORT_LIFE;
+    double life = ev_now(loop) - sl->born;
     slot_clear(sl);
-    if (short_lived) {
+    if (life < DCPOOL_SHORT_LIFE) {
         p->fails++;
         slot_backoff(sl);
-    } else {
-        slot_connect(sl);
+        return;
     }
+    /* The DC's idle timeout: learnt from two drops in a row of this slot (the longer life),
+     * so a single early close (a DC restart, a path reset) teaches nothing that would make
+     * the pool reconnect more often than it must; a DC that really shortens its timeout is
+     * followed after two drops. The other ready sockets are re-armed (recycled now if their
+     * time already passed). */
+    if (sl->last_drop > 0) {
+        p->idle_life = life > sl->last_drop ? life : sl->last_drop;
+        for (int k = 0; k < p->set->per_dc; k++)
+            if (p->slots[k].ready)
+                slot_arm_recycle(&p->slots[k]);
+    }
+    sl->last_drop = life;
+    slot_connect(sl);
 }
 
 static void on_slot_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct dcpool_slot *sl = t->data;
-    if (sl->fd >= 0)
+    if (sl->ready) { /* unused for its whole life: replace it before the DC drops it */
+        STAT_INC(&sl->pool->set->stats.recycled);
+        slot_clear(sl);
+        slot_connect(sl);
+    } else if (sl->fd >= 0) {
         slot_failed(sl); /* connect timed out */
-    else
+    } else {
         slot_connect(sl); /* back-off over */
+    }
 }
 
 static void slot_connect(struct dcpool_slot *sl)

@@ -126,7 +126,7 @@ static double worker_cpu(const struct worker *w)
 /* The sums over workers that both formats use. */
 struct totals {
     struct proxy_stats s;
-    uint64_t pool[4], arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent,
+    uint64_t pool[5], arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent,
         pipes_idle, pipes_max;
     uint64_t http[5]; /* the servers' metrics_stats, in their order */
     uint64_t pool_ready;
@@ -142,6 +142,7 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
         t->pool[1] += STAT_GET(&pw->dcpool.stats.claims);
         t->pool[2] += STAT_GET(&pw->dcpool.stats.dropped);
         t->pool[3] += STAT_GET(&pw->dcpool.stats.failures);
+        t->pool[4] += STAT_GET(&pw->dcpool.stats.recycled);
         t->pool_ready += STAT_GET(&pw->dcpool.stats.ready);
         t->arena_in_use += GAUGE(&pw->arena.in_use);
         t->arena_alloc += GAUGE(&pw->arena.allocated);
@@ -340,9 +341,9 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
     single(e, "socks5_failures_total", "counter", "SOCKS5 handshakes that failed.",
            STAT_GET(&s->socks_fails));
     family(e, "dc_pool_total", "counter", "DC pool: sockets connected, claimed by clients, "
-           "dropped by the DC, failed connects.");
-    static const char *const pool_ev[4] = {"connect", "claim", "drop", "failure"};
-    for (int i = 0; i < 4; i++)
+           "dropped by the DC, failed connects, recycled before the DC's idle timeout.");
+    static const char *const pool_ev[5] = {"connect", "claim", "drop", "failure", "recycle"};
+    for (int i = 0; i < 5; i++)
         u64(e, "dc_pool_total", "event", pool_ev[i], NULL, NULL, t->pool[i]);
     single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
            (uint64_t)o->dc_pool);

@@ -143,7 +143,7 @@ def test_many_concurrent_mixed(procs, relay):
 
 def _pool(env):
     s = stats(env.proxy)
-    return s, {k: s[k] for k in ("connects", "claims", "dropped", "failures")}
+    return s, {k: s[k] for k in ("connects", "claims", "dropped", "failures", "recycled")}
 
 
 def test_dc_pool_claimed_socket_works(procs):
@@ -160,6 +160,25 @@ def test_dc_pool_claimed_socket_works(procs):
     assert s["dc_connects"] >= 3, s
     # Claimed sockets were replaced.
     assert wait_until(lambda: _pool(env)[1]["connects"] >= 2 * ids + 3, 10), _pool(env)
+
+
+def test_dc_pool_learns_idle_timeout_recycles_first(procs):
+    # DC 2 drops a socket that stays silent for 2 s (long enough not to count as a failure).
+    # After two drops in a row the pool knows the DC's idle timeout and replaces its socket at
+    # 3/4 of it, before the DC closes it: no more drops (a drop racing a client's claim would
+    # hand that client a socket whose FIN is on its way), recycles instead; clients still work.
+    env = FastEnv(procs, ["--dc-pool", "1"], dc_modes={2: "idleclose:2000"})
+    assert wait_until(lambda: _pool(env)[1]["dropped"] >= 2, 12), _pool(env)
+    time.sleep(0.2)
+    _, p0 = _pool(env)
+    time.sleep(4.0)  # two and a half recycle periods of ~1.5 s
+    _, p1 = _pool(env)
+    assert p1["recycled"] - p0["recycled"] >= 2, (p0, p1)
+    assert p1["dropped"] == p0["dropped"], (p0, p1)
+    for name, secret, tag in env.kinds():
+        assert_ok(env.client(tag, 2, 20000, 20000, "--expect-id", 2, secret=secret))
+    _, p2 = _pool(env)
+    assert p2["claims"] > p1["claims"], (p1, p2)
 
 
 def test_dc_pool_idle_drops_replaced_never_handed_out(procs):

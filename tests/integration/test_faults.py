@@ -43,8 +43,13 @@ def assert_served_or_refused(res, up, down):
         assert re.search(r"hello: (eof|reset)", e), res
 
 
+# The descriptor-limit tests count descriptors exactly: no pre-connected DC sockets (a client
+# claiming one would be served on a descriptor the pool opened before the limit was set).
+NO_POOL = ["--dc-pool", "0"]
+
+
 def _emfile_run(procs, k=4):
-    env = Std(procs, extra=["--splice", "off"], workers=1)
+    env = Std(procs, extra=["--splice", "off"] + NO_POOL, workers=1)
     baseline = env.proxy.settled_sockets()
     limit_fds(env.proxy.pid, 2 * k)  # room for k relayed connections: two descriptors each
     cpu0 = cpu_seconds(env.proxy.pid)
@@ -84,7 +89,7 @@ def test_emfile_no_client_dropped(procs, can_prlimit):
 
 
 def test_emfile_at_dc_connect(procs, can_prlimit):
-    env = Std(procs, extra=["--splice", "off"], workers=1)
+    env = Std(procs, extra=["--splice", "off"] + NO_POOL, workers=1)
     baseline = env.proxy.settled_sockets()
     soft, hard = limit_fds(env.proxy.pid, 1)  # accept gets the last one; the DC socket...
     res = env.client("ef", 2, 1000, 1000, "--conns", 3, "--expect-id", 2, "--timeout", 15)
@@ -208,7 +213,8 @@ def _rss_bound_kb(base_kb):
 def test_dc_never_reads(procs):
     dc = procs.fake_dc([(2, "stall"), (3, "normal")])
     proxy = procs.proxy([("s", SECRET)], [(2, dc.addr(2)), (3, dc.addr(3))],
-                        extra=["--max-buffer", "64k", "--splice", "off", "--idle-timeout", "3s"])
+                        extra=["--max-buffer", "64k", "--splice", "off", "--idle-timeout", "3s"]
+                        + NO_POOL)  # one DC accept per client: none pre-connected
     base = rss_kb(proxy.pid)
     baseline = proxy.settled_sockets()
     socks = [rawclient.start_session(proxy.addr, SECRET, "ee", 2, sndbuf=65536)[0]

@@ -185,6 +185,18 @@ def test_answers_reach_the_right_client_among_200(procs):
     assert st["me_answers"] == 1000 and st["me_requests"] == 1000, st
 
 
+def test_no_dc_pool_in_middle_mode(procs):
+    # dc-pool is for direct mode: in middle mode no client dials a DC, so a DC in the table
+    # gets no pre-connected socket (a pool here would only hold idle connections to Telegram).
+    dc = procs.fake_dc([(2, "normal")])
+    mid = Middle(procs, extra=["--dc", f"2 {dc.addr(2)}", "--dc-pool", "2"])
+    wait_ready(mid)
+    rc, out, err = mid.client("--tag", "dd", "--echo", 2, "--clients", 2, "--size", 64)
+    assert rc == 0 and summary(out)["ok"] == 2, out[-3000:] + err
+    time.sleep(0.5)
+    assert dc.accepts() == 0, dc.lines
+
+
 def test_ipv6_me(procs):
     mid = Middle(procs, me_host="[::1]")
     wait_ready(mid)

@@ -132,7 +132,7 @@ return view.extend({
 			_('The DC encrypts downloads as the client expects: no AES in the proxy for them (see mtproxy.conf(5) for the trade-off).'), true);
 		onoff(s, 'advanced', 'splice', _('Splice'), _('Move fast-mode bytes socket to socket with splice(2).'), true);
 		onoff(s, 'advanced', 'tcp_nodelay', _('TCP_NODELAY'), null, true);
-		o = text(s, 'advanced', 'dc_pool', _('DC pool'), _('Ready DC connections kept per DC and worker.'), '0');
+		o = text(s, 'advanced', 'dc_pool', _('DC pool'), _('Ready DC connections kept per DC and worker.'), '1');
 		o.datatype = 'uinteger';
 		onoff(s, 'advanced', 'dc_builtin', _('Built-in DC addresses'), _('Telegram\'s published production DC addresses.'), true);
 		o = text(s, 'advanced', 'default_dc', _('Default DC'), _('Used when a client asks for an unknown id.'), '2');
