@@ -323,8 +323,11 @@ int crypto_random_fast(void *buf, size_t len) {
     while (len > 0) {
         if (!fast_left) {
             uint8_t k[CRYPTO_KEY_LEN + CRYPTO_IV_LEN];
-            if (!fast_ctx && !(fast_ctx = ctr_ctx_new()))
-                return crypto_random(b, len);
+            if (!fast_ctx) {
+                if (!(fast_ctx = ctr_ctx_new()))
+                    return crypto_random(b, len);
+                tls_track(); /* freed when the thread exits, even without cleanup */
+            }
             int ok = RAND_bytes(k, sizeof k) == 1 &&
                      EVP_EncryptInit_ex(fast_ctx, NULL, NULL, k, k + CRYPTO_KEY_LEN) == 1;
             OPENSSL_cleanse(k, sizeof k);
