@@ -25,7 +25,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/if.h>
+#include <net/if.h>
 #include <linux/if_tun.h>
 #include <poll.h>
 #include <sched.h>
@@ -188,6 +188,20 @@ static uint64_t dir_send(struct dir *d)
     return UINT64_MAX;
 }
 
+/* Traffic here may only stay on this machine: the caller's namespace must hold nothing but lo
+ * (a bench run under unshare -n), so the line's addresses can route nowhere but the line. */
+static int namespace_is_loopback_only(void)
+{
+    struct if_nameindex *ifs = if_nameindex();
+    if (!ifs)
+        return 0;
+    int ok = 1;
+    for (struct if_nameindex *i = ifs; i->if_index; i++)
+        ok &= strcmp(i->if_name, "lo") == 0;
+    if_freenameindex(ifs);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     double delay_ms = -1, seconds = 600;
@@ -219,6 +233,11 @@ int main(int argc, char **argv)
     if (delay_ms < 0 || delay_ms > 10000 || mtu < 576 || mtu > 65535 || queue < 16 ||
         queue > 1000000 || seconds <= 0)
         goto usage;
+    if (!namespace_is_loopback_only()) {
+        fprintf(stderr, "bench_delayline: this network namespace has interfaces besides lo; "
+                        "run it inside one of its own (unshare -n)\n");
+        return 2;
+    }
 
     prctl(PR_SET_TIMERSLACK, 1UL); /* wake-ups to the µs, not the default 50 µs slack */
     int near_fd = tun_open("dlnear", near, far, mtu);
