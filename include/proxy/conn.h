@@ -52,6 +52,7 @@ enum conn_mode {
 
 /* Why a connection ended: logged once and counted. */
 enum conn_reason {
+    CR_NONE = -1,         /* not a close: a step's verdict "go on" (never logged or counted) */
     CR_DONE = 0,          /* both sides closed cleanly (EOF both ways, drained) */
     CR_CLIENT_CLOSED,     /* client closed or reset before the relay ended cleanly */
     CR_DC_CLOSED,         /* DC reset or errored */
@@ -76,6 +77,9 @@ enum conn_reason {
 };
 
 const char *conn_reason_name(enum conn_reason r);
+
+/* The name of a state ("header", "relay", ...), for the close line. */
+const char *conn_state_name(enum conn_state s);
 
 /* What a client turned out to be (counted per kind while active and in total). */
 enum conn_kind {
@@ -181,6 +185,9 @@ struct conn {
     uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
     struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
+    struct conn *close_next;   /* the worker's queue of connections marked to close */
+    int8_t close_reason;       /* marked: the reason it closes with (enum conn_reason) */
+    uint8_t closing;           /* marked by conn_close_later: no event reaches it any more */
 };
 
 /* Seconds without a byte either way after which a connection's cipher contexts are parked. */
@@ -279,6 +286,9 @@ struct proxy_worker {
     struct ipcount strangers;          /* per source address: connections not (yet) proven */
     uint32_t strangers_max;            /* probe-limit-per-ip for this worker (0 = off) */
     size_t hbuf_bytes, hbuf_max;       /* hello/PROXY/ServerHello buffers held, and the cap */
+    struct conn *closing;              /* marked by conn_close_later, closed before the loop
+                                        * sleeps again (close_prepare) */
+    ev_prepare close_prepare;
     struct conn *batch;                /* connections whose small writes wait for batch_timer */
     ev_timer batch_timer;
     uint64_t next_id;
@@ -320,9 +330,18 @@ void proxy_worker_destroy(struct proxy_worker *pw);
 void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer);
 void proxy_on_stop(struct worker *w);
 
-/* Ends a connection: logs the reason once, counts it, frees everything. The caller must not
- * touch c afterwards. Returns -1 so that `return conn_close(...)` propagates "closed". */
+/* Ends a connection: logs the reason once (with the state it was in), counts it, frees
+ * everything. The caller must not touch c afterwards. Only the state machine's entry points
+ * (client I/O, upstream I/O, timers, an asynchronous answer) call it, on a connection whose
+ * event they are handling; the steps they call return a verdict (enum conn_reason, CR_NONE to
+ * go on) instead. Returns -1 (kept while callers still propagate "closed"). */
 int conn_close(struct conn *c, enum conn_reason r);
+
+/* Closing another connection than the one being handled (an ME link died, a batch flush
+ * failed, max-handshakes evicts the oldest): marks c with reason r and queues it; no event
+ * reaches it any more, and the worker closes the queue before its loop sleeps again. A second
+ * mark keeps the first reason. */
+void conn_close_later(struct conn *c, enum conn_reason r);
 
 /* Rate limit: stops reading direction dir (0 client->DC, 1 DC->client) of c for wait
  * seconds (relay_watch leaves it alone until then). */

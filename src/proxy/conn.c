@@ -50,6 +50,8 @@ static const char *const reason_names[CR_COUNT] = {
 
 const char *conn_reason_name(enum conn_reason r)
 {
+    if ((int)r < 0 || r >= CR_COUNT)
+        return "none";
     return r < CR_COUNT ? reason_names[r] : "?";
 }
 
@@ -97,6 +99,19 @@ void conn_byte_counters(struct conn *c, int down, stat_t *out[3])
 
 static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents);
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);
+static const char *const state_names[] = {
+    [CS_FREE] = "free",           [CS_HEADER] = "header",       [CS_TLS_HELLO] = "tls-hello",
+    [CS_TLS_HEADER] = "tls-header", [CS_CONNECTING] = "connecting", [CS_RELAY] = "relay",
+    [CS_HOLD] = "hold",           [CS_PROXY_HDR] = "proxy-header", [CS_STORE_WAIT] = "store-wait",
+};
+
+const char *conn_state_name(enum conn_state s)
+{
+    return (unsigned)s < sizeof state_names / sizeof *state_names && state_names[s]
+               ? state_names[s]
+               : "?";
+}
+
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void hbuf_free(struct conn *c);
 
@@ -213,12 +228,13 @@ static void handshake_start(struct conn *c)
     while (pw->handshakes >= pw->handshakes_max) {
         struct conn *old = NULL;
         for (struct conn *x = pw->live; x; x = x->next)
-            if (x != c && x->handshaking)
+            if (x != c && x->handshaking && !x->closing)
                 old = x;
         if (!old)
             break;
         STAT_INC(&pw->stats.handshake_cap);
-        conn_close(old, CR_HANDSHAKE_CAP);
+        conn_close_later(old, CR_HANDSHAKE_CAP);
+        handshake_done(old); /* its slot is free now: it closes before the loop sleeps */
     }
     c->handshaking = 1;
     pw->handshakes++;
@@ -273,22 +289,38 @@ static void reset_on_close(int fd)
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
 }
 
+/* Takes a marked connection off the worker's close queue. */
+static void closing_unlink(struct proxy_worker *pw, struct conn *c)
+{
+    for (struct conn **p = &pw->closing; *p; p = &(*p)->close_next)
+        if (*p == c) {
+            *p = c->close_next;
+            break;
+        }
+    c->close_next = NULL;
+}
+
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
  * afterwards; every path that may close returns -1 up to the callback. */
 int conn_close(struct conn *c, enum conn_reason r)
 {
     struct proxy_worker *pw = c->pw;
+    if (c->closing) { /* marked before: closed now, with the reason it was marked for */
+        closing_unlink(pw, c);
+        r = (enum conn_reason)c->close_reason;
+    }
     const struct options *o = &c->gen->opt;
     if (c->uid >= 0 && o->log_connections && log_enabled(LOG_LVL_INFO)) {
         /* A client that proved a secret: one line for the operator (never a secret). */
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);
         log_info("w%d conn %llu closed: user %s client %s dc %d kind %s%s up %llu down %llu "
-                 "bytes duration %.1f s reason %s",
+                 "bytes duration %.1f s reason %s state %s",
                  pw->w->id, (unsigned long long)c->id, users_name(pw->users, (uint32_t)c->uid),
                  peer, c->dc_id, c->tls ? "faketls-" : "", obfs2_tag_name(c->tag),
                  (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes,
-                 ev_now(pw->w->loop) - c->born, conn_reason_name(r));
+                 ev_now(pw->w->loop) - c->born, conn_reason_name(r),
+                 conn_state_name((enum conn_state)c->state));
     } else {
         /* Normal ends, and connections that closed before saying anything (health checks,
          * port scanners), are debug; the rest are worth an operator's eye. */
@@ -300,8 +332,9 @@ int conn_close(struct conn *c, enum conn_reason r)
         if (log_enabled(lvl) && (lvl != LOG_LVL_INFO || c->authed || loglim_allow(pw, (int)r))) {
             char peer[SOCK_ADDR_STRLEN];
             sock_addr_format(&c->peer, peer, sizeof peer);
-            log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s), up %llu down %llu bytes",
+            log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s, state %s), up %llu down %llu bytes",
                     pw->w->id, (unsigned long long)c->id, peer, c->dc_id, conn_reason_name(r),
+                    conn_state_name((enum conn_state)c->state),
                     (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes);
         }
     }
@@ -349,6 +382,43 @@ int conn_close(struct conn *c, enum conn_reason r)
     waiters_wake(pw);
     conn_check_accept(pw);
     return -1;
+}
+
+void conn_close_later(struct conn *c, enum conn_reason r)
+{
+    struct proxy_worker *pw = c->pw;
+    if (c->closing)
+        return;
+    c->closing = 1;
+    c->close_reason = (int8_t)r;
+    /* Nothing reaches it any more: no I/O, no timer, no buffer wake-up, no batch flush, no
+     * bytes from an ME link. */
+    side_watch(c, &c->cli, 0);
+    side_watch(c, &c->dc, 0);
+    ev_timer_stop(pw->w->loop, &c->timer);
+    ev_timer_stop(pw->w->loop, &c->rate_timer);
+    if (c->waiting_block)
+        waiters_remove(pw, c);
+    if (c->batched)
+        batch_remove(pw, c);
+    if (c->mc)
+        middle_detach(c);
+    c->close_next = pw->closing;
+    pw->closing = c;
+    if (!ev_is_active(&pw->close_prepare))
+        ev_prepare_start(pw->w->loop, &pw->close_prepare);
+}
+
+/* Before the loop sleeps: closes the connections marked in this pass (redis's
+ * freeClientsInAsyncFreeQueue, haproxy's stream_shutdown then process_stream). A prepare
+ * watcher, not a check watcher: a check runs only after the next wake-up, and the marked
+ * connections' sockets would stay open for as long as the loop sleeps. */
+static void on_close_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+    struct proxy_worker *pw = p->data;
+    while (pw->closing)
+        conn_close(pw->closing, (enum conn_reason)pw->closing->close_reason);
+    ev_prepare_stop(loop, p);
 }
 
 /* --- DC connect ------------------------------------------------------------------------ */
@@ -838,7 +908,8 @@ static int hbuf_reserve(struct conn *c, size_t want)
         STAT_INC(&c->pw->stats.hello_budget);
         if (!old)
             return -1;
-        conn_close(old, CR_HANDSHAKE_TIMEOUT);
+        conn_close_later(old, CR_HANDSHAKE_TIMEOUT);
+        hbuf_free(old); /* its budget is free now: it closes before the loop sleeps */
     }
     uint8_t *p = realloc(c->hbuf, cap);
     if (!p)
@@ -1244,6 +1315,8 @@ static void hold_read(struct conn *c)
 static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct conn *c = io->data;
+    if (c->closing)
+        return;
     switch (c->state) {
     case CS_PROXY_HDR:
         proxy_hdr_read(c);
@@ -1278,6 +1351,8 @@ static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct conn *c = io->data;
+    if (c->closing)
+        return;
     if (c->state == CS_CONNECTING) {
         if (via_socks(c) && c->sd.step != SOCKS_STEP_NONE) {
             socks_step(c);
@@ -1299,6 +1374,8 @@ static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct conn *c = t->data;
+    if (c->closing)
+        return;
     switch (c->state) {
     case CS_HEADER:
     case CS_TLS_HELLO:
@@ -1387,6 +1464,8 @@ static void ciphers_park_idle(struct proxy_worker *pw, double now)
 static void on_rate_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct conn *c = t->data;
+    if (c->closing)
+        return;
     ev_tstamp now = ev_now(loop), next = 0;
     for (int d = 0; d < 2; d++) {
         if (c->rate_until[d] && c->rate_until[d] <= now + 0.0005)
@@ -1594,6 +1673,7 @@ void proxy_on_stop(struct worker *w)
     relay_stop(pw);
     while (pw->live)
         conn_close(pw->live, CR_SHUTDOWN);
+    ev_prepare_stop(w->loop, &pw->close_prepare);
     middle_stop(pw);
     ev_timer_stop(w->loop, &pw->loglim_timer);
     ev_timer_stop(w->loop, &pw->sweep_timer);
@@ -1653,6 +1733,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
                     &opt->socks5_addr))
         return -1;
     rstore_init(&pw->rstore, w->loop, &opt->rstore);
+    ev_prepare_init(&pw->close_prepare, on_close_prepare);
+    pw->close_prepare.data = pw;
     ev_init(&pw->loglim_timer, on_loglim_timer);
     pw->loglim_timer.data = pw;
     ev_timer_init(&pw->sweep_timer, on_sweep_timer, 1.0, 1.0);
