@@ -10,14 +10,10 @@
 #define ROW_TYPE_COUNTER "counter"
 #define ROW_TYPE_GAUGE "gauge"
 #define ROW_C(f, s, j, l)                                                                      \
-    {.kind = CROW_COUNTER, .name = #f, .off = offsetof(struct proxy_stats, f),                 \
-     .size = sizeof(stat_t), s, j, l},
+    {.kind = CROW_COUNTER, .name = #f, .off = offsetof(struct proxy_stats, f), s, j, l},
 #define ROW_V(x, s)                                                                            \
-    {.kind = CROW_VIEW, .name = #x, .off = offsetof(struct proxy_stats, x),                    \
-     .size = sizeof(stat_t), s},
-#define ROW_A(f, d)                                                                            \
-    {.kind = CROW_ARRAY, .name = #f, .off = offsetof(struct proxy_stats, f),                   \
-     .size = sizeof ((struct proxy_stats *)0)->f},
+    {.kind = CROW_VIEW, .name = #x, .off = offsetof(struct proxy_stats, x), s},
+#define ROW_A(f, d) {.kind = CROW_ARRAY, .name = #f, .off = offsetof(struct proxy_stats, f)},
 #define ROW_H(id) {.kind = CROW_HAND, .name = #id, .hand = CH_##id},
 
 const struct counters_row counters_rows[] = {PROXY_COUNTERS(ROW_F, ROW_C, ROW_V, ROW_A, ROW_H)};

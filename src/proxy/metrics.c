@@ -135,7 +135,7 @@ struct totals {
     uint64_t pool[DCPOOL_NCOUNTERS]; /* in DCPOOL_COUNTERS's order */
     uint64_t arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent, pipes_idle,
         pipes_max;
-    uint64_t http[0 HTTP_COUNTERS(COUNTERS_ONE)]; /* the servers' metrics_stats, in HTTP_COUNTERS's order */
+    uint64_t http[0 HTTP_COUNTERS(COUNTERS_ONE)]; /* in HTTP_COUNTERS's order */
     uint64_t pool_ready;
 };
 
@@ -302,7 +302,8 @@ static void emit_resources(const struct metrics_shared *ms, const struct options
     family(e, "http_requests_total", "counter",
            "Metrics server requests by outcome (answered, bad, unauthorized, evicted, timeout).");
     int k = 0;
-#define HTTP_SAMPLE(f, label) u64(e, "http_requests_total", "outcome", label, NULL, NULL, t->http[k++]);
+#define HTTP_SAMPLE(f, label)                                                                  \
+    u64(e, "http_requests_total", "outcome", label, NULL, NULL, t->http[k++]);
     HTTP_COUNTERS(HTTP_SAMPLE)
 #undef HTTP_SAMPLE
 }
