@@ -15,6 +15,7 @@
 #include "proxy/conn.h"
 #include "proxy/metrics.h"
 #include "proxy/reload.h"
+#include "proxy/users.h"
 
 /* Every scalar counter by name (the test's own list, not the table's): counter k holds
  * 1000 + k, so a value names its counter. */
@@ -48,13 +49,49 @@ static void fill(struct proxy_stats *s)
                 STAT_ADD(&s->dc_bytes[d][dir], 5000 + 2 * (uint64_t)d + (uint64_t)dir);
 }
 
-/* One worker whose counters are fill()'s, and a generation without users. */
+/* One worker whose counters are fill()'s, and a generation with two users (alice with a
+ * quota and an expiry, bob without) whose counters hold values of their own too. */
 struct fixture {
     struct proxy_worker pw;
     struct worker w;
     struct gen g;
     struct metrics_shared ms;
+    struct users users;
+    struct secret secrets[2];
+    uint32_t uid[2];
+    struct user_limit alice;
+    const struct user_limit *lim[2];
 };
+
+static void users_fill(struct fixture *f)
+{
+    assert_int_equal(users_init(&f->users, 1), 0);
+    static const char *const names[2] = {"alice", "bob"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(f->secrets[i].name, sizeof f->secrets[i].name, "%s", names[i]);
+        f->secrets[i].kind = i ? SECRET_EE : SECRET_PLAIN;
+        int32_t id = users_intern(&f->users, names[i]);
+        assert_true(id >= 0);
+        f->uid[i] = (uint32_t)id;
+        struct user_stats *us = users_wstats(&f->users, 0, (uint32_t)id);
+        uint64_t v = 7000 + 100 * (uint64_t)i;
+        STAT_ADD(&us->bytes_up, v + 1);
+        STAT_ADD(&us->bytes_down, v + 2);
+        STAT_ADD(&us->active, v + 3);
+        STAT_ADD(&us->conns, v + 4);
+        for (int r = 0; r < UR_COUNT; r++)
+            STAT_ADD(&us->refused[r], v + 10 + (uint64_t)r);
+        shared64_store(&users_shared(&f->users, (uint32_t)id)->used, v + 50);
+    }
+    f->alice.quota = 1000000;
+    f->alice.expires = 1900000000;
+    f->lim[0] = &f->alice;
+    f->g.opt.secrets = f->secrets;
+    f->g.opt.nsecrets = 2;
+    f->g.users = &f->users;
+    f->g.uid = f->uid;
+    f->g.lim = f->lim;
+}
 
 static int setup(void **state)
 {
@@ -66,6 +103,7 @@ static int setup(void **state)
     DCPOOL_COUNTERS(POOL_SET)
 #undef POOL_SET
     STAT_ADD(&f->pw.dcpool.stats.ready, 6100);
+    users_fill(f);
     f->g.serial = 3;
     snprintf(f->g.opt.public_host, sizeof f->g.opt.public_host, "proxy.example");
     f->ms.opt = &f->g.opt;
@@ -79,7 +117,9 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    free(*state);
+    struct fixture *f = *state;
+    users_destroy(&f->users);
+    free(f);
     return 0;
 }
 
