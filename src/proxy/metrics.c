@@ -183,19 +183,80 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
     *expires = l ? l->expires : 0;
 }
 
-/* One sample per user with a quota (expiry 0) or an expiry (1): the quota left, or when. */
-static void emit_user_limit(const struct gen *g, const struct user_totals *t, struct emit *e,
-                            int expiry)
+/* The per-user families, in /metrics order: UF(metric, type, help), then what each user has
+ * in it: US(field, key, value, json) a counter of struct user_totals, labelled key=value beside
+ * user (key NULL: user only), its key in /stats's user object (NULL: none); UH(id) hand code
+ * (user_sample): the refusals by reason, and the quota left and the expiry, computed. */
+#define USER_METRICS(UF, US, UH)                                                               \
+    UF("user_bytes_total", "counter", "Payload bytes relayed per user.")                       \
+    US(bytes_up, "direction", "up", "bytes_up")                                                \
+    US(bytes_down, "direction", "down", "bytes_down")                                          \
+    UF("user_connections_active", "gauge", "Open connections per user.")                      \
+    US(active, NULL, NULL, "active")                                                           \
+    UF("user_connections_total", "counter", "Connections per user (proved its secret).")       \
+    US(conns, NULL, NULL, "connections")                                                       \
+    UF("user_limit_refusals_total", "counter",                                                 \
+       "New connections of a user refused by a limit (conns, ips, quota, expired).")           \
+    UH(REFUSED)                                                                                \
+    UF("user_quota_remaining_bytes", "gauge",                                                  \
+       "Bytes left of each user's quota (users with a quota only).")                           \
+    UH(QUOTA_LEFT)                                                                             \
+    UF("user_expiry_timestamp_seconds", "gauge",                                               \
+       "When each user's access ends (users with an expiry only).")                           \
+    UH(EXPIRY)                                                                                 \
+    UF("user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.")           \
+    US(quota_used, NULL, NULL, "quota_used")
+
+enum user_hand { UM_COUNTER, UM_REFUSED, UM_QUOTA_LEFT, UM_EXPIRY };
+
+static const struct user_metric {
+    int family;                       /* 1: a family (name, type, help); 0: a sample */
+    const char *name, *type, *help;
+    enum user_hand hand;
+    size_t off;                       /* UM_COUNTER: the field in struct user_totals */
+    const char *key, *value, *json;
+} user_metrics[] = {
+#define UM_F(m, t, h) {.family = 1, .name = m, .type = t, .help = h},
+#define UM_S(f, k, v, j)                                                                       \
+    {.hand = UM_COUNTER, .off = offsetof(struct user_totals, f), .key = k, .value = v, .json = j},
+#define UM_H(id) {.hand = UM_##id},
+    USER_METRICS(UM_F, UM_S, UM_H)
+#undef UM_F
+#undef UM_S
+#undef UM_H
+};
+#define USER_NMETRICS (sizeof user_metrics / sizeof user_metrics[0])
+
+static uint64_t user_counter(const struct user_totals *t, const struct user_metric *m)
 {
-    for (int i = 0; i < g->opt.nsecrets; i++) {
-        uint64_t quota;
-        int64_t expires;
-        user_limits_of(g, i, &quota, &expires);
-        uint64_t v = expiry ? (uint64_t)expires
-                            : quota > t[i].quota_used ? quota - t[i].quota_used : 0;
-        if (expiry ? expires != 0 : quota != 0)
-            u64(e, expiry ? "user_expiry_timestamp_seconds" : "user_quota_remaining_bytes",
-                "user", g->opt.secrets[i].name, NULL, NULL, v);
+    return *(const uint64_t *)(const void *)((const char *)t + m->off);
+}
+
+/* User i's samples (totals t) in family fam of row m. */
+static void user_sample(const struct gen *g, int i, const struct user_totals *t,
+                        const char *fam, const struct user_metric *m, struct emit *e)
+{
+    const char *name = g->opt.secrets[i].name;
+    uint64_t quota;
+    int64_t expires;
+    user_limits_of(g, i, &quota, &expires);
+    switch (m->hand) {
+    case UM_COUNTER:
+        u64(e, fam, "user", name, m->key, m->value, user_counter(t, m));
+        break;
+    case UM_REFUSED:
+        for (int r = 0; r < UR_COUNT; r++)
+            u64(e, fam, "user", name, "reason", users_refusal_name(r), t->refused[r]);
+        break;
+    case UM_QUOTA_LEFT:
+        if (quota)
+            u64(e, fam, "user", name, NULL, NULL,
+                quota > t->quota_used ? quota - t->quota_used : 0);
+        break;
+    case UM_EXPIRY:
+        if (expires)
+            u64(e, fam, "user", name, NULL, NULL, (uint64_t)expires);
+        break;
     }
 }
 
@@ -203,8 +264,7 @@ static void emit_user_limit(const struct gen *g, const struct user_totals *t, st
  * samples together). */
 static void emit_users(const struct gen *g, struct emit *e)
 {
-    const struct options *o = &g->opt;
-    int n = o->nsecrets;
+    int n = g->opt.nsecrets;
     struct user_totals *t = malloc((size_t)(n ? n : 1) * sizeof *t);
     if (!t) {
         e->b->failed = 1;
@@ -212,34 +272,15 @@ static void emit_users(const struct gen *g, struct emit *e)
     }
     for (int i = 0; i < n; i++)
         user_totals_of(g, i, &t[i]);
-    family(e, "user_bytes_total", "counter", "Payload bytes relayed per user.");
-    for (int i = 0; i < n; i++) {
-        u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "up", t[i].bytes_up);
-        u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "down",
-            t[i].bytes_down);
+    for (size_t f = 0; f < USER_NMETRICS; f++) {
+        const struct user_metric *fm = &user_metrics[f];
+        if (!fm->family)
+            continue;
+        family(e, fm->name, fm->type, fm->help);
+        for (int i = 0; i < n; i++)
+            for (size_t s = f + 1; s < USER_NMETRICS && !user_metrics[s].family; s++)
+                user_sample(g, i, &t[i], fm->name, &user_metrics[s], e);
     }
-    family(e, "user_connections_active", "gauge", "Open connections per user.");
-    for (int i = 0; i < n; i++)
-        u64(e, "user_connections_active", "user", o->secrets[i].name, NULL, NULL, t[i].active);
-    family(e, "user_connections_total", "counter", "Connections per user (proved its secret).");
-    for (int i = 0; i < n; i++)
-        u64(e, "user_connections_total", "user", o->secrets[i].name, NULL, NULL, t[i].conns);
-    family(e, "user_limit_refusals_total", "counter",
-           "New connections of a user refused by a limit (conns, ips, quota, expired).");
-    for (int i = 0; i < n; i++)
-        for (int r = 0; r < UR_COUNT; r++)
-            u64(e, "user_limit_refusals_total", "user", o->secrets[i].name, "reason",
-                users_refusal_name(r), t[i].refused[r]);
-    family(e, "user_quota_remaining_bytes", "gauge",
-           "Bytes left of each user's quota (users with a quota only).");
-    emit_user_limit(g, t, e, 0);
-    family(e, "user_expiry_timestamp_seconds", "gauge",
-           "When each user's access ends (users with an expiry only).");
-    emit_user_limit(g, t, e, 1);
-    family(e, "user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.");
-    for (int i = 0; i < n; i++)
-        u64(e, "user_quota_used_bytes", "user", o->secrets[i].name, NULL, NULL,
-            t[i].quota_used);
     free(t);
 }
 
@@ -448,14 +489,13 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
                      (unsigned long long)(quota > ut.quota_used ? quota - ut.quota_used : 0));
         if (expires)
             snprintf(ex, sizeof ex, "%lld", (long long)expires);
-        sbuf_printf(out,
-                    "%s{\"name\":\"%s\",\"kind\":\"%s\",\"bytes_up\":%llu,\"bytes_down\":%llu,"
-                    "\"active\":%llu,\"connections\":%llu,\"quota_used\":%llu,"
-                    "\"quota_left\":%s,\"expires\":%s",
-                    i ? "," : "", sec->name, sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain",
-                    (unsigned long long)ut.bytes_up, (unsigned long long)ut.bytes_down,
-                    (unsigned long long)ut.active, (unsigned long long)ut.conns,
-                    (unsigned long long)ut.quota_used, ql, ex);
+        sbuf_printf(out, "%s{\"name\":\"%s\",\"kind\":\"%s\"", i ? "," : "", sec->name,
+                    sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain");
+        for (size_t m = 0; m < USER_NMETRICS; m++)
+            if (user_metrics[m].json)
+                sbuf_printf(out, ",\"%s\":%llu", user_metrics[m].json,
+                            (unsigned long long)user_counter(&ut, &user_metrics[m]));
+        sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
         char tg[1024], https[1024];
         if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
