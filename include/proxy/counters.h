@@ -40,6 +40,7 @@
     F("handshakes_total", COUNTER,                                                                 \
       "Handshakes by result (ok; failed, by reason: rejected = not a client for our secrets, "     \
       "then fronted or held; timeout; early_eof; protocol).")                                      \
+    /* valid headers */                                                                            \
     C(handshakes, CL1("result", "ok"), CJ(2, "handshakes"), CLOG(MAIN, 2, "handshakes"))           \
     /* clients we would not serve (then masked or held) */                                         \
     C(rejected, CL2("result", "failed", "reason", "rejected"), CJ(3, "rejected"),                  \
@@ -66,6 +67,7 @@
     F("access_refusals_total", COUNTER,                                                            \
       "Connections closed at accept: access list (deny, not_allowed), PROXY header sender not "    \
       "trusted, too many unproven connections from one address.")                                  \
+    /* closed at accept: a deny entry names the source */                                          \
     C(acl_denied, CL1("reason", "deny"), CJ_NONE, CLOG(ACCESS, 0, "acl_denied"))                   \
     C(acl_not_allowed, CL1("reason", "not_allowed"), CJ_NONE,                                      \
       CLOG(ACCESS, 1, "acl_not_allowed")) /* allow entries exist, none names it */                 \
@@ -75,6 +77,7 @@
       CLOG(TLS, 5, "strangers_refused"))                                                           \
     C(acc_rate, CL1("reason", "accept_rate"), CJ_NONE, CLOG(LIMITS, 1, "acc_rate"))                \
     F("proxy_protocol_total", COUNTER, "PROXY headers malformed (bad) or LOCAL.")                  \
+    /* proxy-protocol: malformed or missing PROXY header */                                        \
     C(pp_bad, CL1("result", "bad"), CJ_NONE, CLOG(ACCESS, 3, "pp_bad"))                            \
     C(pp_local, CL1("result", "local"), CJ_NONE, CLOG(ACCESS, 4, "pp_local")) /* health check */   \
     F("user_refusals_total", COUNTER,                                                              \
@@ -105,6 +108,7 @@
     F("me_links_total", COUNTER,                                                                   \
       "ME link events: handshakes completed, handshakes failed after the nonce (check "            \
       "nat-info), connects failed, ready links lost.")                                             \
+    /* ME links: handshakes completed, failed after the nonce, connects failed */                  \
     C(me_handshakes, CL1("event", "handshake"), CJ_NONE, CLOG(ME, 0, "handshakes"))                \
     C(me_handshake_fails, CL1("event", "handshake_failure"), CJ_NONE,                              \
       CLOG(ME, 1, "handshake_fails"))                                                              \
@@ -125,10 +129,12 @@
     C(me_requests, CL1("type", "request"), CJ_NONE, CLOG(ME, 7, "requests")) /* RPC_PROXY_REQ */   \
     C(me_answers, CL1("type", "answer"), CJ_NONE, CLOG(ME, 8, "answers")) /* RPC_PROXY_ANS */      \
     C(me_acks, CL1("type", "ack"), CJ_NONE, CLOG(ME, 9, "acks")) /* RPC_SIMPLE_ACK */              \
+    /* RPC_PING answered; then messages for a connection id we no longer know */                   \
     C(me_pings, CL1("type", "ping"), CJ_NONE, CLOG(ME, 10, "pings"))                               \
     C(me_unknown, CL1("type", "unknown"), CJ_NONE, CLOG(ME, 11, "unknown"))                        \
     /* the relay */                                                                                \
     F("relay_reads_total", COUNTER, "Relay read/splice calls.")                                    \
+    /* relay read(2)/readv(2)/splice(2) calls, then write(2)/writev(2)/splice(2) */                \
     C(reads, CL0, CJ_NONE, CLOG(MAIN, 7, "reads"))                                                 \
     F("relay_writes_total", COUNTER, "Relay write calls.")                                         \
     C(writes, CL0, CJ_NONE, CLOG(MAIN, 8, "writes"))                                               \
