@@ -299,70 +299,59 @@ static struct me_table *reload_middle(const struct options *o, struct proxy_work
     return t;
 }
 
+/* The SIGUSR1 lines: the counter table's (proxy/counters.h), with the workers' own and the DC
+ * pools' counters beside them. */
 static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
 {
     struct proxy_stats s;
     memset(&s, 0, sizeof s);
-    unsigned long long fd_limit = 0, pauses = 0, pool[5] = {0}, busy[2] = {0};
+    unsigned long long fd_limit = 0, pauses = 0, busy[2] = {0};
+    unsigned long long pool[DCPOOL_NCOUNTERS] = {0};
     for (int i = 0; i < n; i++) {
         proxy_stats_add(&s, &pws[i].stats);
-        pool[0] += STAT_GET(&pws[i].dcpool.stats.connects);
-        pool[1] += STAT_GET(&pws[i].dcpool.stats.claims);
-        pool[2] += STAT_GET(&pws[i].dcpool.stats.dropped);
-        pool[3] += STAT_GET(&pws[i].dcpool.stats.failures);
-        pool[4] += STAT_GET(&pws[i].dcpool.stats.recycled);
+        int p = 0;
+#define LOG_POOL_SUM(f, label) pool[p++] += STAT_GET(&pws[i].dcpool.stats.f);
+        DCPOOL_COUNTERS(LOG_POOL_SUM)
+#undef LOG_POOL_SUM
         fd_limit += STAT_GET(&ws[i].stats.accept_fd_limit);
         busy[0] += STAT_GET(&ws[i].stats.busy_hits);
         busy[1] += STAT_GET(&ws[i].stats.busy_misses);
         pauses += STAT_GET(&ws[i].stats.accept_pauses);
     }
-#define G(f) ((unsigned long long)STAT_GET(&s.f))
-    log_info("stats: accepted %llu active %llu handshakes %llu dc_connects %llu "
-             "dc_connect_fails %llu bytes_up %llu bytes_down %llu reads %llu writes %llu "
-             "spliced %llu pipe_full %llu block_waits %llu accept_fd_limit %llu accept_pauses %llu",
-             G(accepted), G(active), G(handshakes), G(dc_connects), G(dc_connect_fails),
-             G(bytes_up), G(bytes_down), G(reads), G(writes), G(spliced), G(pipe_full),
-             G(block_waits), fd_limit, pauses);
-    log_info("stats: user_refused %llu acc_rate %llu handshake_cap %llu", G(user_refused),
-             G(acc_rate), G(handshake_cap));
-    log_info("stats: relay ctr_parked %llu wide_reads %llu busy_hits %llu busy_misses %llu",
-             G(ctr_parked), G(wide_reads), busy[0], busy[1]);
+    char line[1024];
+    log_info("stats:%s accept_fd_limit %llu accept_pauses %llu",
+             counters_log_line(&s, COUNTERS_LOG_MAIN, line, sizeof line), fd_limit, pauses);
+    log_info("stats:%s", counters_log_line(&s, COUNTERS_LOG_LIMITS, line, sizeof line));
+    log_info("stats: relay%s busy_hits %llu busy_misses %llu",
+             counters_log_line(&s, COUNTERS_LOG_RELAY, line, sizeof line), busy[0], busy[1]);
     char acc[256];
     size_t alen = 0;
     for (int i = 0; i < n && alen < sizeof acc - 32; i++) /* how evenly SO_REUSEPORT spreads */
         alen += (size_t)snprintf(acc + alen, sizeof acc - alen, " w%d %llu", i,
                                  (unsigned long long)STAT_GET(&pws[i].stats.accepted));
     log_info("stats: per-worker accepted:%s", acc);
-    log_info("stats: tls_handshakes %llu rejected %llu masked %llu replays %llu tls_hmacs %llu "
-             "strangers_refused %llu hello_budget %llu unknown_sni %llu",
-             G(tls_handshakes), G(rejected), G(masked), G(replays), G(tls_hmacs),
-             G(strangers_refused), G(hello_budget), G(unknown_sni));
+    log_info("stats:%s", counters_log_line(&s, COUNTERS_LOG_TLS, line, sizeof line));
     if (n > 0 && pws[0].learn && pws[0].tls_enabled && pws[0].opt->tls_profile) {
         char prof[320];
         tlsprofile_describe(tlslearn_current(pws[0].learn), (int64_t)time(NULL), prof,
                             sizeof prof);
         log_info("stats: tls profile in use: %s", prof);
     }
-    log_info("stats: acl_denied %llu acl_not_allowed %llu pp_untrusted %llu pp_bad %llu "
-             "pp_local %llu socks_fails %llu store_replays %llu store_failed %llu",
-             G(acl_denied), G(acl_not_allowed), G(pp_untrusted), G(pp_bad), G(pp_local),
-             G(socks_fails), G(store_replays), G(store_failed));
-    char line[1024];
+    log_info("stats:%s", counters_log_line(&s, COUNTERS_LOG_ACCESS, line, sizeof line));
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
-                                G(closed[r]));
+                                (unsigned long long)STAT_GET(&s.closed[r]));
     log_info("stats: closed:%s", line);
-    log_info("stats: dc_pool connects %llu claims %llu dropped %llu failures %llu recycled %llu",
-             pool[0], pool[1], pool[2], pool[3], pool[4]);
+    len = 0;
+#define LOG_POOL(f, label) \
+    len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", #f, pool[p++]);
+    int p = 0;
+    DCPOOL_COUNTERS(LOG_POOL)
+#undef LOG_POOL
+    log_info("stats: dc_pool%s", line);
     if (pws[0].opt->middle)
-        log_info("stats: me handshakes %llu handshake_fails %llu connect_fails %llu "
-                 "link_drops %llu dead_closed %llu slow_closed %llu link_pauses %llu requests "
-                 "%llu answers %llu acks %llu pings %llu unknown %llu links_open %llu",
-                 G(me_handshakes), G(me_handshake_fails), G(me_connect_fails), G(me_link_drops),
-                 G(me_dead_closed), G(me_slow_closed), G(me_link_pauses), G(me_requests),
-                 G(me_answers), G(me_acks), G(me_pings), G(me_unknown), G(me_links_open));
-#undef G
+        log_info("stats: me%s", counters_log_line(&s, COUNTERS_LOG_ME, line, sizeof line));
     if (n && pws[0].users)
         log_user_stats(pws[0].users);
 }

@@ -14,6 +14,7 @@
 #include "proto/faketls.h"
 #include "proto/obfs2.h"
 #include "proxy/acl.h"
+#include "proxy/counters.h"
 #include "proxy/dc.h"
 #include "proxy/dcpool.h"
 #include "proxy/fronting.h"
@@ -193,60 +194,10 @@ struct conn {
 /* Seconds without a byte either way after which a connection's cipher contexts are parked. */
 #define CONN_PARK_IDLE 1.0
 
-/* Counters of one worker; written by it only (relaxed), summed by readers. */
+/* Counters of one worker; written by it only (relaxed), summed by readers. Its fields are
+ * the table's (proxy/counters.h), which also makes their sum, /metrics, /stats and SIGUSR1. */
 struct proxy_stats {
-    stat_t accepted;
-    stat_t active;
-    stat_t handshakes;       /* valid headers */
-    stat_t dc_connects;      /* DC connections established */
-    stat_t dc_connect_fails; /* failed attempts (one address each) */
-    stat_t bytes_up, bytes_down;
-    stat_t reads, writes;    /* relay read(2)/writev(2)/splice(2) calls */
-    stat_t spliced;          /* bytes moved by splice */
-    stat_t pipe_full;        /* splice found a pipe out of slots: reading paused */
-    stat_t block_waits;      /* times a connection waited for a buffer block */
-    stat_t tls_handshakes;   /* FakeTLS hellos answered */
-    stat_t rejected;         /* clients we would not serve (then masked or held) */
-    stat_t masked;           /* connections fronted to the real site */
-    stat_t replays;          /* handshakes refused as replays */
-    stat_t acl_denied;       /* closed at accept: a deny entry names the source */
-    stat_t acl_not_allowed;  /* closed at accept: allow entries exist, none names it */
-    stat_t pp_untrusted;     /* proxy-protocol: sender not in proxy-protocol-from */
-    stat_t pp_bad;           /* proxy-protocol: malformed or missing PROXY header */
-    stat_t pp_local;         /* proxy-protocol: LOCAL (health check), closed */
-    stat_t socks_fails;      /* socks5 handshakes that failed (refused, closed) */
-    stat_t store_replays;    /* handshakes the replay store had seen (another
-                                        * instance, or this one before a restart) */
-    stat_t store_failed;     /* the store did not answer in time (or was down):
-                                        * replay-store-fail applied */
-    stat_t strangers_refused; /* closed at once: probe-limit-per-ip reached */
-    stat_t hello_budget;     /* hellos dropped: the workers' hello buffers were full */
-    stat_t user_refused;     /* valid clients refused by a user limit (per user: users.h) */
-    stat_t acc_rate;         /* closed at accept: accept-rate from one source reached */
-    stat_t handshake_cap;    /* unfinished handshakes closed for max-handshakes */
-    stat_t unknown_sni;      /* hellos naming none of our domains, dropped or refused */
-    stat_t wide_reads;       /* relay reads that filled more than one block (readv) */
-    stat_t ctr_parked;       /* idle connections whose cipher contexts were handed back */
-    stat_t tls_hmacs;        /* HMACs computed to check FakeTLS hellos (a probe's
-                                        * cost; with tls-sni-check only its domain's secrets) */
-    /* middle mode */
-    stat_t me_handshakes;      /* ME links that completed the handshake */
-    stat_t me_handshake_fails; /* handshakes that failed after the nonce (nat-info?) */
-    stat_t me_connect_fails;   /* connects/nonces that failed */
-    stat_t me_link_drops;      /* ready links lost */
-    stat_t me_links_open;      /* gauge: links past the handshake now */
-    stat_t me_dead_closed;     /* clients closed because their link died */
-    stat_t me_slow_closed;     /* clients closed over me-client-buffer */
-    stat_t me_link_pauses;     /* a link stopped being read (me-link-buffer) */
-    stat_t me_requests;        /* RPC_PROXY_REQ sent */
-    stat_t me_answers;         /* RPC_PROXY_ANS delivered */
-    stat_t me_acks;            /* RPC_SIMPLE_ACK delivered */
-    stat_t me_pings;           /* RPC_PING answered */
-    stat_t me_unknown;         /* messages for a connection id we no longer know */
-    stat_t closed[CR_COUNT];
-    stat_t kind_total[CK_COUNT];  /* connections that turned out to be each kind */
-    stat_t kind_active[CK_COUNT]; /* of those, open now */
-    stat_t dc_bytes[CONN_DC_SLOTS][2]; /* [0] client->DC, [1] DC->client */
+    PROXY_STATS_FIELDS
 };
 
 /* Counter updates: core/stat.h (STAT_INC, STAT_ADD, STAT_DEC, STAT_GET). */
@@ -355,8 +306,5 @@ void conn_check_accept(struct proxy_worker *pw);
  * 1 DC->client): out[0] the total, out[1] the user's (NULL if c proved no secret), out[2]
  * the DC's (NULL if fronted). */
 void conn_byte_counters(struct conn *c, int down, stat_t *out[3]);
-
-/* Adds the counters of src into dst (relaxed reads of another thread's counters). */
-void proxy_stats_add(struct proxy_stats *dst, const struct proxy_stats *src);
 
 #endif

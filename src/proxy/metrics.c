@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/replay.h"
 #include "proto/http.h"
+#include "proxy/counters.h"
 #include "proxy/qr.h"
 #include "proxy/reload.h"
 
@@ -123,12 +124,18 @@ static double worker_cpu(const struct worker *w)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* The metrics servers' counters (struct metrics_stats): field, outcome label. */
+#define HTTP_COUNTERS(X)                                                                       \
+    X(requests, "answered") X(bad_requests, "bad") X(unauthorized, "unauthorized")             \
+    X(evicted, "evicted") X(timeouts, "timeout")
+
 /* The sums over workers that both formats use. */
 struct totals {
     struct proxy_stats s;
-    uint64_t pool[5], arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent,
-        pipes_idle, pipes_max;
-    uint64_t http[5]; /* the servers' metrics_stats, in their order */
+    uint64_t pool[DCPOOL_NCOUNTERS]; /* in DCPOOL_COUNTERS's order */
+    uint64_t arena_in_use, arena_alloc, arena_max, mask_blocks, pipes_lent, pipes_idle,
+        pipes_max;
+    uint64_t http[0 HTTP_COUNTERS(COUNTERS_ONE)]; /* in HTTP_COUNTERS's order */
     uint64_t pool_ready;
 };
 
@@ -138,11 +145,10 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
     for (int i = 0; i < ms->nworkers; i++) {
         const struct proxy_worker *pw = &ms->pws[i];
         proxy_stats_add(&t->s, &pw->stats);
-        t->pool[0] += STAT_GET(&pw->dcpool.stats.connects);
-        t->pool[1] += STAT_GET(&pw->dcpool.stats.claims);
-        t->pool[2] += STAT_GET(&pw->dcpool.stats.dropped);
-        t->pool[3] += STAT_GET(&pw->dcpool.stats.failures);
-        t->pool[4] += STAT_GET(&pw->dcpool.stats.recycled);
+        int p = 0;
+#define POOL_SUM(f, label) t->pool[p++] += STAT_GET(&pw->dcpool.stats.f);
+        DCPOOL_COUNTERS(POOL_SUM)
+#undef POOL_SUM
         t->pool_ready += STAT_GET(&pw->dcpool.stats.ready);
         t->arena_in_use += GAUGE(&pw->arena.in_use);
         t->arena_alloc += GAUGE(&pw->arena.allocated);
@@ -153,11 +159,10 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
         t->pipes_max += (uint64_t)pw->pipes_cap;
         if (ms->mws) {
             const struct metrics_stats *h = &ms->mws[i].stats;
-            t->http[0] += STAT_GET(&h->requests);
-            t->http[1] += STAT_GET(&h->bad_requests);
-            t->http[2] += STAT_GET(&h->unauthorized);
-            t->http[3] += STAT_GET(&h->evicted);
-            t->http[4] += STAT_GET(&h->timeouts);
+            int k = 0;
+#define HTTP_SUM(f, label) t->http[k++] += STAT_GET(&h->f);
+            HTTP_COUNTERS(HTTP_SUM)
+#undef HTTP_SUM
         }
     }
 }
@@ -178,19 +183,80 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
     *expires = l ? l->expires : 0;
 }
 
-/* One sample per user with a quota (expiry 0) or an expiry (1): the quota left, or when. */
-static void emit_user_limit(const struct gen *g, const struct user_totals *t, struct emit *e,
-                            int expiry)
+/* The per-user families, in /metrics order: UF(metric, type, help), then what each user has
+ * in it: US(field, key, value, json) a counter of struct user_totals, labelled key=value beside
+ * user (key NULL: user only), its key in /stats's user object (NULL: none); UH(id) hand code
+ * (user_sample): the refusals by reason, and the quota left and the expiry, computed. */
+#define USER_METRICS(UF, US, UH)                                                               \
+    UF("user_bytes_total", "counter", "Payload bytes relayed per user.")                       \
+    US(bytes_up, "direction", "up", "bytes_up")                                                \
+    US(bytes_down, "direction", "down", "bytes_down")                                          \
+    UF("user_connections_active", "gauge", "Open connections per user.")                      \
+    US(active, NULL, NULL, "active")                                                           \
+    UF("user_connections_total", "counter", "Connections per user (proved its secret).")       \
+    US(conns, NULL, NULL, "connections")                                                       \
+    UF("user_limit_refusals_total", "counter",                                                 \
+       "New connections of a user refused by a limit (conns, ips, quota, expired).")           \
+    UH(REFUSED)                                                                                \
+    UF("user_quota_remaining_bytes", "gauge",                                                  \
+       "Bytes left of each user's quota (users with a quota only).")                           \
+    UH(QUOTA_LEFT)                                                                             \
+    UF("user_expiry_timestamp_seconds", "gauge",                                               \
+       "When each user's access ends (users with an expiry only).")                           \
+    UH(EXPIRY)                                                                                 \
+    UF("user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.")           \
+    US(quota_used, NULL, NULL, "quota_used")
+
+enum user_hand { UM_COUNTER, UM_REFUSED, UM_QUOTA_LEFT, UM_EXPIRY };
+
+static const struct user_metric {
+    int family;                       /* 1: a family (name, type, help); 0: a sample */
+    const char *name, *type, *help;
+    enum user_hand hand;
+    size_t off;                       /* UM_COUNTER: the field in struct user_totals */
+    const char *key, *value, *json;
+} user_metrics[] = {
+#define UM_F(m, t, h) {.family = 1, .name = m, .type = t, .help = h},
+#define UM_S(f, k, v, j)                                                                       \
+    {.hand = UM_COUNTER, .off = offsetof(struct user_totals, f), .key = k, .value = v, .json = j},
+#define UM_H(id) {.hand = UM_##id},
+    USER_METRICS(UM_F, UM_S, UM_H)
+#undef UM_F
+#undef UM_S
+#undef UM_H
+};
+#define USER_NMETRICS (sizeof user_metrics / sizeof user_metrics[0])
+
+static uint64_t user_counter(const struct user_totals *t, const struct user_metric *m)
 {
-    for (int i = 0; i < g->opt.nsecrets; i++) {
-        uint64_t quota;
-        int64_t expires;
-        user_limits_of(g, i, &quota, &expires);
-        uint64_t v = expiry ? (uint64_t)expires
-                            : quota > t[i].quota_used ? quota - t[i].quota_used : 0;
-        if (expiry ? expires != 0 : quota != 0)
-            u64(e, expiry ? "user_expiry_timestamp_seconds" : "user_quota_remaining_bytes",
-                "user", g->opt.secrets[i].name, NULL, NULL, v);
+    return *(const uint64_t *)(const void *)((const char *)t + m->off);
+}
+
+/* User i's samples (totals t) in family fam of row m. */
+static void user_sample(const struct gen *g, int i, const struct user_totals *t,
+                        const char *fam, const struct user_metric *m, struct emit *e)
+{
+    const char *name = g->opt.secrets[i].name;
+    uint64_t quota;
+    int64_t expires;
+    user_limits_of(g, i, &quota, &expires);
+    switch (m->hand) {
+    case UM_COUNTER:
+        u64(e, fam, "user", name, m->key, m->value, user_counter(t, m));
+        break;
+    case UM_REFUSED:
+        for (int r = 0; r < UR_COUNT; r++)
+            u64(e, fam, "user", name, "reason", users_refusal_name(r), t->refused[r]);
+        break;
+    case UM_QUOTA_LEFT:
+        if (quota)
+            u64(e, fam, "user", name, NULL, NULL,
+                quota > t->quota_used ? quota - t->quota_used : 0);
+        break;
+    case UM_EXPIRY:
+        if (expires)
+            u64(e, fam, "user", name, NULL, NULL, (uint64_t)expires);
+        break;
     }
 }
 
@@ -198,8 +264,7 @@ static void emit_user_limit(const struct gen *g, const struct user_totals *t, st
  * samples together). */
 static void emit_users(const struct gen *g, struct emit *e)
 {
-    const struct options *o = &g->opt;
-    int n = o->nsecrets;
+    int n = g->opt.nsecrets;
     struct user_totals *t = malloc((size_t)(n ? n : 1) * sizeof *t);
     if (!t) {
         e->b->failed = 1;
@@ -207,188 +272,23 @@ static void emit_users(const struct gen *g, struct emit *e)
     }
     for (int i = 0; i < n; i++)
         user_totals_of(g, i, &t[i]);
-    family(e, "user_bytes_total", "counter", "Payload bytes relayed per user.");
-    for (int i = 0; i < n; i++) {
-        u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "up", t[i].bytes_up);
-        u64(e, "user_bytes_total", "user", o->secrets[i].name, "direction", "down",
-            t[i].bytes_down);
+    for (size_t f = 0; f < USER_NMETRICS; f++) {
+        const struct user_metric *fm = &user_metrics[f];
+        if (!fm->family)
+            continue;
+        family(e, fm->name, fm->type, fm->help);
+        for (int i = 0; i < n; i++)
+            for (size_t s = f + 1; s < USER_NMETRICS && !user_metrics[s].family; s++)
+                user_sample(g, i, &t[i], fm->name, &user_metrics[s], e);
     }
-    family(e, "user_connections_active", "gauge", "Open connections per user.");
-    for (int i = 0; i < n; i++)
-        u64(e, "user_connections_active", "user", o->secrets[i].name, NULL, NULL, t[i].active);
-    family(e, "user_connections_total", "counter", "Connections per user (proved its secret).");
-    for (int i = 0; i < n; i++)
-        u64(e, "user_connections_total", "user", o->secrets[i].name, NULL, NULL, t[i].conns);
-    family(e, "user_limit_refusals_total", "counter",
-           "New connections of a user refused by a limit (conns, ips, quota, expired).");
-    for (int i = 0; i < n; i++)
-        for (int r = 0; r < UR_COUNT; r++)
-            u64(e, "user_limit_refusals_total", "user", o->secrets[i].name, "reason",
-                users_refusal_name(r), t[i].refused[r]);
-    family(e, "user_quota_remaining_bytes", "gauge",
-           "Bytes left of each user's quota (users with a quota only).");
-    emit_user_limit(g, t, e, 0);
-    family(e, "user_expiry_timestamp_seconds", "gauge",
-           "When each user's access ends (users with an expiry only).");
-    emit_user_limit(g, t, e, 1);
-    family(e, "user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.");
-    for (int i = 0; i < n; i++)
-        u64(e, "user_quota_used_bytes", "user", o->secrets[i].name, NULL, NULL,
-            t[i].quota_used);
     free(t);
 }
 
-/* Every metric, in either format. */
-static void emit_all(const struct metrics_shared *ms, const struct gen *g,
-                     const struct totals *t, struct emit *e)
+/* Computed gauges and other structs' counters: the arenas, the pipes, the replay cache, each
+ * worker's own figures (CPU), the metrics server's requests. */
+static void emit_resources(const struct metrics_shared *ms, const struct options *o,
+                           const struct totals *t, struct emit *e)
 {
-    const struct proxy_stats *s = &t->s;
-    const struct options *o = &g->opt;
-    family(e, "build_info", "gauge", "Build of this proxy (value 1).");
-    sample(e, "build_info", "version", MTPROXY_VERSION, NULL, NULL, "1");
-    family(e, "start_time_seconds", "gauge", "Start time, seconds since the Unix epoch.");
-    u64(e, "start_time_seconds", NULL, NULL, NULL, NULL, (uint64_t)ms->start_time);
-    single(e, "workers", "gauge", "Worker threads.", (uint64_t)ms->nworkers);
-    single(e, "users", "gauge", "Users (secrets) configured.", (uint64_t)o->nsecrets);
-    single(e, "config_generation", "gauge", "Configuration generation (1 at start, +1 per "
-           "accepted reload).", g->serial);
-
-    single(e, "connections_accepted_total", "counter", "Client connections accepted.",
-           STAT_GET(&s->accepted));
-    family(e, "connections_total", "counter",
-           "Client connections by what they turned out to be (obfs2, dd, tls, fronted).");
-    for (int k = 1; k < CK_COUNT; k++)
-        u64(e, "connections_total", "kind", conn_kind_name(k), NULL, NULL,
-            STAT_GET(&s->kind_total[k]));
-    family(e, "connections_active", "gauge",
-           "Open client connections by kind (handshake: not known yet).");
-    uint64_t known = 0;
-    for (int k = 1; k < CK_COUNT; k++) {
-        known += STAT_GET(&s->kind_active[k]);
-        u64(e, "connections_active", "kind", conn_kind_name(k), NULL, NULL,
-            STAT_GET(&s->kind_active[k]));
-    }
-    uint64_t active = STAT_GET(&s->active);
-    u64(e, "connections_active", "kind", "handshake", NULL, NULL,
-        active > known ? active - known : 0);
-    family(e, "connections_closed_total", "counter", "Closed connections by close reason.");
-    for (int r = 0; r < CR_COUNT; r++)
-        u64(e, "connections_closed_total", "reason", conn_reason_name(r), NULL, NULL,
-            STAT_GET(&s->closed[r]));
-
-    family(e, "handshakes_total", "counter",
-           "Handshakes by result (ok; failed, by reason: rejected = not a client for our "
-           "secrets, then fronted or held; timeout; early_eof; protocol).");
-    u64(e, "handshakes_total", "result", "ok", NULL, NULL, STAT_GET(&s->handshakes));
-    u64(e, "handshakes_total", "result", "failed", "reason", "rejected", STAT_GET(&s->rejected));
-    u64(e, "handshakes_total", "result", "failed", "reason", "timeout",
-        STAT_GET(&s->closed[CR_HANDSHAKE_TIMEOUT]));
-    u64(e, "handshakes_total", "result", "failed", "reason", "early_eof",
-        STAT_GET(&s->closed[CR_CLIENT_EARLY_EOF]));
-    u64(e, "handshakes_total", "result", "failed", "reason", "protocol",
-        STAT_GET(&s->closed[CR_CLIENT_PROTOCOL]));
-    single(e, "tls_handshakes_total", "counter", "FakeTLS hellos answered.",
-           STAT_GET(&s->tls_handshakes));
-    single(e, "tls_hmacs_total", "counter", "HMACs computed to check FakeTLS hellos.",
-           STAT_GET(&s->tls_hmacs));
-    family(e, "replays_total", "counter",
-           "Handshakes refused as replays (cache: this process; store: the fleet's store).");
-    u64(e, "replays_total", "source", "cache", NULL, NULL, STAT_GET(&s->replays));
-    u64(e, "replays_total", "source", "store", NULL, NULL, STAT_GET(&s->store_replays));
-    single(e, "replay_store_failures_total", "counter",
-           "Handshakes the replay store did not answer in time for.", STAT_GET(&s->store_failed));
-    single(e, "fronted_total", "counter", "Connections forwarded to the real site.",
-           STAT_GET(&s->masked));
-    family(e, "access_refusals_total", "counter",
-           "Connections closed at accept: access list (deny, not_allowed), PROXY header "
-           "sender not trusted, too many unproven connections from one address.");
-    u64(e, "access_refusals_total", "reason", "deny", NULL, NULL, STAT_GET(&s->acl_denied));
-    u64(e, "access_refusals_total", "reason", "not_allowed", NULL, NULL,
-        STAT_GET(&s->acl_not_allowed));
-    u64(e, "access_refusals_total", "reason", "proxy_protocol_untrusted", NULL, NULL,
-        STAT_GET(&s->pp_untrusted));
-    u64(e, "access_refusals_total", "reason", "probe_limit_per_ip", NULL, NULL,
-        STAT_GET(&s->strangers_refused));
-    u64(e, "access_refusals_total", "reason", "accept_rate", NULL, NULL, STAT_GET(&s->acc_rate));
-    family(e, "proxy_protocol_total", "counter", "PROXY headers malformed (bad) or LOCAL.");
-    u64(e, "proxy_protocol_total", "result", "bad", NULL, NULL, STAT_GET(&s->pp_bad));
-    u64(e, "proxy_protocol_total", "result", "local", NULL, NULL, STAT_GET(&s->pp_local));
-    single(e, "user_refusals_total", "counter",
-           "Valid clients refused by a user limit (per user: mtproxy_user_limit_refusals_total).",
-           STAT_GET(&s->user_refused));
-    single(e, "handshake_cap_closed_total", "counter",
-           "Unfinished handshakes closed for max-handshakes (the oldest first).",
-           STAT_GET(&s->handshake_cap));
-    single(e, "hello_budget_drops_total", "counter",
-           "FakeTLS hellos dropped: the hello buffers were full.", STAT_GET(&s->hello_budget));
-
-    family(e, "bytes_total", "counter",
-           "Payload bytes relayed (up: client to DC or site, down: back).");
-    u64(e, "bytes_total", "direction", "up", NULL, NULL, STAT_GET(&s->bytes_up));
-    u64(e, "bytes_total", "direction", "down", NULL, NULL, STAT_GET(&s->bytes_down));
-    family(e, "dc_bytes_total", "counter", "Payload bytes relayed per DC (as resolved).");
-    for (int d = 0; d < CONN_DC_SLOTS; d++) {
-        uint64_t up = STAT_GET(&s->dc_bytes[d][0]), down = STAT_GET(&s->dc_bytes[d][1]);
-        if (d >= 5 && !up && !down)
-            continue; /* media, CDN and other DCs only once used */
-        u64(e, "dc_bytes_total", "dc", conn_dc_slot_name(d), "direction", "up", up);
-        u64(e, "dc_bytes_total", "dc", conn_dc_slot_name(d), "direction", "down", down);
-    }
-    single(e, "dc_connects_total", "counter", "DC connections established.",
-           STAT_GET(&s->dc_connects));
-    single(e, "dc_connect_failures_total", "counter", "Failed DC connection attempts.",
-           STAT_GET(&s->dc_connect_fails));
-    single(e, "socks5_failures_total", "counter", "SOCKS5 handshakes that failed.",
-           STAT_GET(&s->socks_fails));
-    family(e, "dc_pool_total", "counter", "DC pool: sockets connected, claimed by clients, "
-           "dropped by the DC, failed connects, recycled before the DC's idle timeout.");
-    static const char *const pool_ev[5] = {"connect", "claim", "drop", "failure", "recycle"};
-    for (int i = 0; i < 5; i++)
-        u64(e, "dc_pool_total", "event", pool_ev[i], NULL, NULL, t->pool[i]);
-    single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
-           (uint64_t)o->dc_pool);
-    single(e, "dc_pool_ready", "gauge", "Pre-connected DC sockets ready for a client now "
-           "(all workers and DCs).", t->pool_ready);
-
-    emit_users(g, e);
-
-    /* Middle-proxy mode (ad-tag): the RPC links to Telegram's MEs. */
-    single(e, "middle_mode", "gauge", "1 in middle-proxy mode (ad-tag set), else 0.",
-           (uint64_t)(o->middle != 0));
-    family(e, "me_links_total", "counter", "ME link events: handshakes completed, handshakes "
-           "failed after the nonce (check nat-info), connects failed, ready links lost.");
-    u64(e, "me_links_total", "event", "handshake", NULL, NULL, STAT_GET(&s->me_handshakes));
-    u64(e, "me_links_total", "event", "handshake_failure", NULL, NULL,
-        STAT_GET(&s->me_handshake_fails));
-    u64(e, "me_links_total", "event", "connect_failure", NULL, NULL,
-        STAT_GET(&s->me_connect_fails));
-    u64(e, "me_links_total", "event", "drop", NULL, NULL, STAT_GET(&s->me_link_drops));
-    single(e, "me_links_open", "gauge", "ME links past the handshake now (all workers).",
-           STAT_GET(&s->me_links_open));
-    family(e, "me_clients_closed_total", "counter",
-           "Middle-mode clients closed: their link died, or over me-client-buffer (slow).");
-    u64(e, "me_clients_closed_total", "reason", "link_dead", NULL, NULL,
-        STAT_GET(&s->me_dead_closed));
-    u64(e, "me_clients_closed_total", "reason", "slow", NULL, NULL, STAT_GET(&s->me_slow_closed));
-    single(e, "me_link_pauses_total", "counter",
-           "Times an ME link stopped being read (me-link-buffer reached).",
-           STAT_GET(&s->me_link_pauses));
-    family(e, "me_messages_total", "counter", "RPC messages: requests sent, answers, acks and "
-           "pings handled, messages for unknown connections.");
-    u64(e, "me_messages_total", "type", "request", NULL, NULL, STAT_GET(&s->me_requests));
-    u64(e, "me_messages_total", "type", "answer", NULL, NULL, STAT_GET(&s->me_answers));
-    u64(e, "me_messages_total", "type", "ack", NULL, NULL, STAT_GET(&s->me_acks));
-    u64(e, "me_messages_total", "type", "ping", NULL, NULL, STAT_GET(&s->me_pings));
-    u64(e, "me_messages_total", "type", "unknown", NULL, NULL, STAT_GET(&s->me_unknown));
-
-    single(e, "relay_reads_total", "counter", "Relay read/splice calls.", STAT_GET(&s->reads));
-    single(e, "relay_writes_total", "counter", "Relay write calls.", STAT_GET(&s->writes));
-    single(e, "spliced_bytes_total", "counter", "Bytes moved by splice(2).",
-           STAT_GET(&s->spliced));
-    single(e, "block_waits_total", "counter", "Times a connection waited for a buffer block.",
-           STAT_GET(&s->block_waits));
-    single(e, "pipe_full_total", "counter", "Times splice found its pipe full.",
-           STAT_GET(&s->pipe_full));
     family(e, "arena_blocks", "gauge", "Relay buffer blocks: in use, allocated, fronted "
            "connections' share, cap (0 = none).");
     u64(e, "arena_blocks", "state", "in_use", NULL, NULL, t->arena_in_use);
@@ -442,10 +342,107 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
 
     family(e, "http_requests_total", "counter",
            "Metrics server requests by outcome (answered, bad, unauthorized, evicted, timeout).");
-    static const char *const outcome[5] = {"answered", "bad", "unauthorized", "evicted",
-                                           "timeout"};
-    for (int i = 0; i < 5; i++)
-        u64(e, "http_requests_total", "outcome", outcome[i], NULL, NULL, t->http[i]);
+    int k = 0;
+#define HTTP_SAMPLE(f, label)                                                                  \
+    u64(e, "http_requests_total", "outcome", label, NULL, NULL, t->http[k++]);
+    HTTP_COUNTERS(HTTP_SAMPLE)
+#undef HTTP_SAMPLE
+}
+
+/* The families and samples the table leaves to hand code (H rows of proxy/counters.h): the
+ * arrays, by loops over their names, and what is computed from other structs. */
+static void emit_hand(const struct metrics_shared *ms, const struct gen *g,
+                      const struct totals *t, struct emit *e, enum counters_hand h)
+{
+    const struct proxy_stats *s = &t->s;
+    const struct options *o = &g->opt;
+    switch (h) {
+    case CH_INFO:
+        family(e, "build_info", "gauge", "Build of this proxy (value 1).");
+        sample(e, "build_info", "version", MTPROXY_VERSION, NULL, NULL, "1");
+        family(e, "start_time_seconds", "gauge", "Start time, seconds since the Unix epoch.");
+        u64(e, "start_time_seconds", NULL, NULL, NULL, NULL, (uint64_t)ms->start_time);
+        single(e, "workers", "gauge", "Worker threads.", (uint64_t)ms->nworkers);
+        single(e, "users", "gauge", "Users (secrets) configured.", (uint64_t)o->nsecrets);
+        single(e, "config_generation", "gauge", "Configuration generation (1 at start, +1 per "
+               "accepted reload).", g->serial);
+        break;
+    case CH_KIND_TOTAL:
+        for (int k = 1; k < CK_COUNT; k++)
+            u64(e, "connections_total", "kind", conn_kind_name(k), NULL, NULL,
+                STAT_GET(&s->kind_total[k]));
+        break;
+    case CH_KIND_ACTIVE: {
+        uint64_t known = 0;
+        for (int k = 1; k < CK_COUNT; k++) {
+            known += STAT_GET(&s->kind_active[k]);
+            u64(e, "connections_active", "kind", conn_kind_name(k), NULL, NULL,
+                STAT_GET(&s->kind_active[k]));
+        }
+        uint64_t active = STAT_GET(&s->active); /* computed: open, kind not known yet */
+        u64(e, "connections_active", "kind", "handshake", NULL, NULL,
+            active > known ? active - known : 0);
+        break;
+    }
+    case CH_CLOSED:
+        for (int r = 0; r < CR_COUNT; r++)
+            u64(e, "connections_closed_total", "reason", conn_reason_name(r), NULL, NULL,
+                STAT_GET(&s->closed[r]));
+        break;
+    case CH_DC_BYTES:
+        for (int d = 0; d < CONN_DC_SLOTS; d++) {
+            uint64_t up = STAT_GET(&s->dc_bytes[d][0]), down = STAT_GET(&s->dc_bytes[d][1]);
+            if (d >= 5 && !up && !down)
+                continue; /* media, CDN and other DCs only once used */
+            u64(e, "dc_bytes_total", "dc", conn_dc_slot_name(d), "direction", "up", up);
+            u64(e, "dc_bytes_total", "dc", conn_dc_slot_name(d), "direction", "down", down);
+        }
+        break;
+    case CH_DC_POOL: {
+        family(e, "dc_pool_total", "counter", "DC pool: sockets connected, claimed by clients, "
+               "dropped by the DC, failed connects, recycled before the DC's idle timeout.");
+        int i = 0;
+#define POOL_SAMPLE(f, label) u64(e, "dc_pool_total", "event", label, NULL, NULL, t->pool[i++]);
+        DCPOOL_COUNTERS(POOL_SAMPLE)
+#undef POOL_SAMPLE
+        single(e, "dc_pool_size", "gauge", "Pre-connected sockets kept per DC per worker.",
+               (uint64_t)o->dc_pool);
+        single(e, "dc_pool_ready", "gauge", "Pre-connected DC sockets ready for a client now "
+               "(all workers and DCs).", t->pool_ready);
+        break;
+    }
+    case CH_USERS:
+        emit_users(g, e);
+        break;
+    case CH_MIDDLE_MODE:
+        /* Middle-proxy mode (ad-tag): the RPC links to Telegram's MEs. */
+        single(e, "middle_mode", "gauge", "1 in middle-proxy mode (ad-tag set), else 0.",
+               (uint64_t)(o->middle != 0));
+        break;
+    case CH_RESOURCES:
+        emit_resources(ms, o, t, e);
+        break;
+    case CH_COUNT:
+        break;
+    }
+}
+
+/* Every metric, in either format: the counter table's rows in order. */
+static void emit_all(const struct metrics_shared *ms, const struct gen *g,
+                     const struct totals *t, struct emit *e)
+{
+    const char *fam = NULL;
+    for (size_t i = 0; i < counters_nrows; i++) {
+        const struct counters_row *r = &counters_rows[i];
+        if (r->kind == CROW_FAMILY) {
+            fam = r->name;
+            family(e, fam, r->type, r->help);
+        } else if ((r->kind == CROW_COUNTER || r->kind == CROW_VIEW) && r->sample) {
+            u64(e, fam, r->k1, r->v1, r->k2, r->v2, counters_get(&t->s, r));
+        } else if (r->kind == CROW_HAND) {
+            emit_hand(ms, g, t, e, r->hand);
+        }
+    }
 }
 
 int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen *g,
@@ -468,26 +465,17 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
     if (!t)
         return -1;
     totals_collect(ms, t);
-    const struct proxy_stats *s = &t->s;
     const struct options *o = &g->opt;
     time_t now = time(NULL);
     char host[256];
     int port = metrics_link_host(o, host, sizeof host);
     sbuf_printf(out,
                 "{\"version\":\"%s\",\"start_time\":%lld,\"now\":%lld,\"uptime\":%lld,"
-                "\"workers\":%d,\"links\":%s,\"summary\":{\"accepted\":%llu,\"active\":%llu,"
-                "\"handshakes\":%llu,\"rejected\":%llu,\"fronted\":%llu,\"replays\":%llu,"
-                "\"bytes_up\":%llu,\"bytes_down\":%llu},\"users\":[",
+                "\"workers\":%d,\"links\":%s,\"summary\":",
                 MTPROXY_VERSION, (long long)ms->start_time, (long long)now,
-                (long long)(now - ms->start_time), ms->nworkers, links ? "true" : "false",
-                (unsigned long long)STAT_GET(&s->accepted),
-                (unsigned long long)STAT_GET(&s->active),
-                (unsigned long long)STAT_GET(&s->handshakes),
-                (unsigned long long)STAT_GET(&s->rejected),
-                (unsigned long long)STAT_GET(&s->masked),
-                (unsigned long long)(STAT_GET(&s->replays) + STAT_GET(&s->store_replays)),
-                (unsigned long long)STAT_GET(&s->bytes_up),
-                (unsigned long long)STAT_GET(&s->bytes_down));
+                (long long)(now - ms->start_time), ms->nworkers, links ? "true" : "false");
+    counters_json_summary(&t->s, out);
+    sbuf_printf(out, ",\"users\":[");
     for (int i = 0; i < o->nsecrets; i++) {
         const struct secret *sec = &o->secrets[i];
         struct user_totals ut;
@@ -501,14 +489,13 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
                      (unsigned long long)(quota > ut.quota_used ? quota - ut.quota_used : 0));
         if (expires)
             snprintf(ex, sizeof ex, "%lld", (long long)expires);
-        sbuf_printf(out,
-                    "%s{\"name\":\"%s\",\"kind\":\"%s\",\"bytes_up\":%llu,\"bytes_down\":%llu,"
-                    "\"active\":%llu,\"connections\":%llu,\"quota_used\":%llu,"
-                    "\"quota_left\":%s,\"expires\":%s",
-                    i ? "," : "", sec->name, sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain",
-                    (unsigned long long)ut.bytes_up, (unsigned long long)ut.bytes_down,
-                    (unsigned long long)ut.active, (unsigned long long)ut.conns,
-                    (unsigned long long)ut.quota_used, ql, ex);
+        sbuf_printf(out, "%s{\"name\":\"%s\",\"kind\":\"%s\"", i ? "," : "", sec->name,
+                    sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain");
+        for (size_t m = 0; m < USER_NMETRICS; m++)
+            if (user_metrics[m].json)
+                sbuf_printf(out, ",\"%s\":%llu", user_metrics[m].json,
+                            (unsigned long long)user_counter(&ut, &user_metrics[m]));
+        sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
         char tg[1024], https[1024];
         if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
