@@ -2,6 +2,7 @@
 #ifndef MTPROXY_PROXY_DIALER_H
 #define MTPROXY_PROXY_DIALER_H
 
+#include <ev.h>
 #include <stdint.h>
 
 #include "core/sock.h"
@@ -37,11 +38,12 @@ struct dial {
     struct socks_dial sd; /* SOCKS_STEP_NONE: the TCP connect is pending; DONE: connected */
 };
 
+/* A positive verdict is the libev events to watch before the next dial_step. */
 enum dial_verdict {
-    DIAL_DONE = 0,       /* the socket talks to the target (not a byte of the target's read) */
-    DIAL_WAIT_WRITE = 1, /* watch the fd for writability, then dial_step */
-    DIAL_WAIT_READ = 2,  /* watch the fd for readability, then dial_step */
-    DIAL_FAIL = -1,      /* this attempt failed (struct dial_result says why) */
+    DIAL_DONE = 0,              /* the socket talks to the target (none of its bytes read) */
+    DIAL_WAIT_READ = EV_READ,   /* watch the fd for readability, then dial_step */
+    DIAL_WAIT_WRITE = EV_WRITE, /* watch the fd for writability, then dial_step */
+    DIAL_FAIL = -1,             /* this attempt failed (struct dial_result says why) */
     DIAL_NO_FD = -2,     /* dial_start only: out of descriptors (EMFILE/ENFILE): not the
                           * address's fault; no socket; the caller's descriptor-wait policy */
 };

@@ -96,16 +96,12 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
     if (!sl->ready) {
         struct dial_to to = slot_to(sl);
         struct dial_result r;
-        switch (dial_step(&sl->dial, sl->fd, &to, revents, &r)) {
-        case DIAL_DONE:
-            break;
-        case DIAL_WAIT_READ:
-            slot_watch(sl, EV_READ);
+        enum dial_verdict v = dial_step(&sl->dial, sl->fd, &to, revents, &r);
+        if (v > 0) { /* not yet: the events to wait for */
+            slot_watch(sl, v);
             return;
-        case DIAL_WAIT_WRITE:
-            slot_watch(sl, EV_WRITE);
-            return;
-        default:
+        }
+        if (v != DIAL_DONE) {
             if (r.socks)
                 log_debug("dc pool %d: %s", p->id, r.why);
             slot_failed(sl);

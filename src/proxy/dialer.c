@@ -2,7 +2,6 @@
 #include "proxy/dialer.h"
 
 #include <errno.h>
-#include <ev.h>
 #include <string.h>
 
 _Static_assert(sizeof(struct dial) <= 10, "struct dial is embedded in every connection");

@@ -519,18 +519,13 @@ static void link_dial_step(struct me_link *l, int revents)
     const struct options *o = pw->opt;
     struct dial_to to = link_to(l);
     struct dial_result r;
-    switch (dial_step(&l->dial, l->fd, &to, revents, &r)) {
-    case DIAL_DONE:
-        link_connected(l);
+    enum dial_verdict v = dial_step(&l->dial, l->fd, &to, revents, &r);
+    if (v >= DIAL_DONE) {
+        if (v == DIAL_DONE)
+            link_connected(l);
+        else
+            link_watch(l, (unsigned)v); /* the events to wait for */
         return;
-    case DIAL_WAIT_READ:
-        link_watch(l, EV_READ);
-        return;
-    case DIAL_WAIT_WRITE:
-        link_watch(l, EV_WRITE);
-        return;
-    default:
-        break;
     }
     char sv[SOCK_ADDR_STRLEN], msg[200];
     if (!r.socks) {

@@ -193,7 +193,7 @@ static int lconn_progress(struct tlslearn *l, struct tlslearn_conn *c, int reven
     if (v == DIAL_DONE)
         return 1;
     ev_io_stop(l->loop, &c->io);
-    ev_io_set(&c->io, c->fd, v == DIAL_WAIT_READ ? EV_READ : EV_WRITE);
+    ev_io_set(&c->io, c->fd, v); /* the events to wait for */
     ev_io_start(l->loop, &c->io);
     return 0;
 }
