@@ -3,7 +3,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ev.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -106,14 +105,23 @@ static void srv_send(struct rig *t, const void *b, size_t n)
     assert_int_equal(send(t->srv, b, n, MSG_NOSIGNAL), (ssize_t)n);
 }
 
-/* The server sends b one byte at a time; every byte but the last leaves the dial waiting. */
-static void srv_send_split(struct rig *t, const uint8_t *b, size_t n)
+/* The server sends b (split: one byte at a time, every byte but the last leaving the dial
+ * waiting); the dial steps on it. */
+static enum dial_verdict answer_by(struct rig *t, const void *b, size_t n, int split)
 {
-    for (size_t i = 0; i < n; i++) {
-        srv_send(t, b + i, 1);
-        if (i + 1 < n)
-            assert_int_equal(wait_step(t), DIAL_WAIT_READ);
+    for (size_t i = 0; split && i + 1 < n; i++) {
+        srv_send(t, (const uint8_t *)b + i, 1);
+        assert_int_equal(wait_step(t), DIAL_WAIT_READ);
     }
+    if (split)
+        b = (const uint8_t *)b + n - 1, n = 1;
+    srv_send(t, b, n);
+    return wait_step(t);
+}
+
+static enum dial_verdict answer(struct rig *t, const void *b, size_t n)
+{
+    return answer_by(t, b, n, 0);
 }
 
 /* Dials target (127.0.0.1:8888) through the scripted server at url's credentials; returns
@@ -151,7 +159,31 @@ static void assert_socks_fail(struct rig *t, int code)
     assert_non_null(t->r.why);
 }
 
-/* The target's first bytes stay in the socket; the bound address is kept. */
+/* Through a server that asks for the login in url, up to its answer (the login read). */
+static void socks_login(struct rig *t, const char *url, const char *login, size_t n, int split)
+{
+    socks_begin(t, url);
+    assert_int_equal(answer_by(t, "\x05\x02", 2, split), DIAL_WAIT_READ);
+    srv_expect(t, login, n);
+}
+
+/* The server's answer b ends the dial: a SOCKS5 failure without a reply code. */
+static void answer_fails(struct rig *t, const void *b, size_t n)
+{
+    answer(t, b, n);
+    assert_socks_fail(t, 0);
+    rig_close(t);
+}
+
+/* Through a server without login, up to its CONNECT reply (the request read). */
+static void socks_to_reply(struct rig *t)
+{
+    socks_begin(t, "socks5://127.0.0.1:1080");
+    assert_int_equal(answer(t, "\x05\x00", 2), DIAL_WAIT_READ);
+    srv_expect(t, CONNECT_REQ, sizeof CONNECT_REQ);
+}
+
+/* Done: the target's first bytes stay in the socket, the bound address is kept. Closes t. */
 static void assert_through(struct rig *t)
 {
     assert_int_equal(t->v, DIAL_DONE);
@@ -166,6 +198,7 @@ static void assert_through(struct rig *t)
     const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
     assert_int_equal(ntohl(a->sin_addr.s_addr), 0x0a010203);
     assert_int_equal(ntohs(a->sin_port), 12345);
+    rig_close(t);
 }
 
 static void test_direct_ok(void **state)
@@ -238,45 +271,34 @@ static void test_socks_no_auth(void **state)
 {
     (void)state;
     struct rig t;
-    socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "\x05\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send(&t, REPLY_OK, sizeof REPLY_OK);
-    wait_step(&t);
+    socks_to_reply(&t);
+    answer(&t, REPLY_OK, sizeof REPLY_OK);
     assert_through(&t);
-    rig_close(&t);
+}
+
+/* Login, CONNECT and its reply, each reply whole or a byte at a time. */
+static void login_through(const char *url, const char *login, size_t n, int split)
+{
+    struct rig t;
+    socks_login(&t, url, login, n, split);
+    assert_int_equal(answer_by(&t, "\x01\x00", 2, split), DIAL_WAIT_READ);
+    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
+    answer_by(&t, REPLY_OK, sizeof REPLY_OK, split);
+    assert_through(&t);
 }
 
 static void test_socks_auth(void **state)
 {
     (void)state;
-    struct rig t;
-    socks_begin(&t, "socks5://user:p%40ss@127.0.0.1:1080");
-    srv_send(&t, "\x05\x02", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, "\x01\x04user\x04p@ss", 11);
-    srv_send(&t, "\x01\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send(&t, REPLY_OK, sizeof REPLY_OK);
-    wait_step(&t);
-    assert_through(&t);
-    rig_close(&t);
+    login_through("socks5://user:p%40ss@127.0.0.1:1080", "\x01\x04user\x04p@ss", 11, 0);
 }
 
 static void test_socks_auth_rejected(void **state)
 {
     (void)state;
     struct rig t;
-    socks_begin(&t, "socks5://user:pass@127.0.0.1:1080");
-    srv_send(&t, "\x05\x02", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, "\x01\x04user\x04pass", 11);
-    srv_send(&t, "\x01\x01", 2);
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    rig_close(&t);
+    socks_login(&t, "socks5://user:pass@127.0.0.1:1080", "\x01\x04user\x04pass", 11, 0);
+    answer_fails(&t, "\x01\x01", 2);
 }
 
 /* A refused CONNECT: the reply code and its RFC 1928 text, known from the first two bytes. */
@@ -284,15 +306,22 @@ static void test_socks_connect_refused(void **state)
 {
     (void)state;
     struct rig t;
-    socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "\x05\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send(&t, "\x05\x05", 2);
-    wait_step(&t);
+    socks_to_reply(&t);
+    answer(&t, "\x05\x05", 2);
     assert_socks_fail(&t, 5);
     assert_string_equal(t.r.why, socks5_reply_name(5));
     rig_close(&t);
+}
+
+/* The server closes: the dial fails saying so. Closes t. */
+static void hang_up(struct rig *t)
+{
+    close(t->srv);
+    t->srv = -1;
+    wait_step(t);
+    assert_socks_fail(t, 0);
+    assert_non_null(strstr(t->r.why, "closed"));
+    rig_close(t);
 }
 
 static void test_socks_closed_midway(void **state)
@@ -301,25 +330,11 @@ static void test_socks_closed_midway(void **state)
     /* after the greeting */
     struct rig t;
     socks_begin(&t, "socks5://127.0.0.1:1080");
-    close(t.srv);
-    t.srv = -1;
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    assert_non_null(strstr(t.r.why, "closed"));
-    rig_close(&t);
+    hang_up(&t);
     /* in the middle of the CONNECT reply */
-    socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "\x05\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send(&t, REPLY_OK, 7);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    close(t.srv);
-    t.srv = -1;
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    assert_non_null(strstr(t.r.why, "closed"));
-    rig_close(&t);
+    socks_to_reply(&t);
+    assert_int_equal(answer(&t, REPLY_OK, 7), DIAL_WAIT_READ);
+    hang_up(&t);
 }
 
 static void test_socks_garbage(void **state)
@@ -328,51 +343,22 @@ static void test_socks_garbage(void **state)
     struct rig t;
     /* not a SOCKS5 server: an HTTP answer */
     socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "HTTP/1.1 400", 12);
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    rig_close(&t);
+    answer_fails(&t, "HTTP/1.1 400", 12);
     /* a method we did not offer */
     socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "\x05\x02", 2);
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    rig_close(&t);
+    answer_fails(&t, "\x05\x02", 2);
     /* a CONNECT reply with a bad version, then one with a bad address type */
-    socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "\x05\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send(&t, "\x04\x00\x00\x01\x00", 5);
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    rig_close(&t);
-    socks_begin(&t, "socks5://127.0.0.1:1080");
-    srv_send(&t, "\x05\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send(&t, "\x05\x00\x00\x09\x00\x00\x00\x00\x00\x00", 10);
-    wait_step(&t);
-    assert_socks_fail(&t, 0);
-    rig_close(&t);
+    socks_to_reply(&t);
+    answer_fails(&t, "\x04\x00\x00\x01\x00", 5);
+    socks_to_reply(&t);
+    answer_fails(&t, "\x05\x00\x00\x09\x00\x00\x00\x00\x00\x00", 10);
 }
 
 /* Every reply a byte at a time: the dial waits after each, and ends exactly at the last. */
 static void test_socks_split(void **state)
 {
     (void)state;
-    struct rig t;
-    socks_begin(&t, "socks5://user:pass@127.0.0.1:1080");
-    srv_send_split(&t, (const uint8_t *)"\x05\x02", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, "\x01\x04user\x04pass", 11);
-    srv_send_split(&t, (const uint8_t *)"\x01\x00", 2);
-    assert_int_equal(wait_step(&t), DIAL_WAIT_READ);
-    srv_expect(&t, CONNECT_REQ, sizeof CONNECT_REQ);
-    srv_send_split(&t, REPLY_OK, sizeof REPLY_OK);
-    wait_step(&t);
-    assert_through(&t);
-    rig_close(&t);
+    login_through("socks5://user:pass@127.0.0.1:1080", "\x01\x04user\x04pass", 11, 1);
 }
 
 /* A wake-up without the awaited event changes nothing (the connect is not even checked). */
