@@ -520,11 +520,12 @@ static void link_dial_step(struct me_link *l, int revents)
     struct dial_to to = link_to(l);
     struct dial_result r;
     enum dial_verdict v = dial_step(&l->dial, l->fd, &to, revents, &r);
-    if (v >= DIAL_DONE) {
-        if (v == DIAL_DONE)
-            link_connected(l);
-        else
-            link_watch(l, (unsigned)v); /* the events to wait for */
+    if (v == DIAL_DONE) {
+        link_connected(l);
+        return;
+    }
+    if (v > 0) { /* not yet: the events to wait for */
+        link_watch(l, (unsigned)v);
         return;
     }
     char sv[SOCK_ADDR_STRLEN], msg[200];
