@@ -44,8 +44,8 @@ enum dial_verdict {
     DIAL_WAIT_READ = EV_READ,   /* watch the fd for readability, then dial_step */
     DIAL_WAIT_WRITE = EV_WRITE, /* watch the fd for writability, then dial_step */
     DIAL_FAIL = -1,             /* this attempt failed (struct dial_result says why) */
-    DIAL_NO_FD = -2,     /* dial_start only: out of descriptors (EMFILE/ENFILE): not the
-                          * address's fault; no socket; the caller's descriptor-wait policy */
+    DIAL_NO_FD = -2,            /* dial_start only: out of descriptors (EMFILE/ENFILE), not
+                                 * the address's fault; no socket; the caller's own policy */
 };
 
 /* Why an attempt failed (DIAL_FAIL or DIAL_NO_FD), for the caller's counters and log line.
