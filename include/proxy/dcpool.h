@@ -10,7 +10,7 @@
 
 #include "core/sock.h"
 #include "proxy/dc.h"
-#include "proxy/socks.h"
+#include "proxy/dialer.h"
 
 struct dcpool;
 
@@ -24,7 +24,7 @@ struct dcpool_slot {
     ev_timer timer;  /* connect timeout, back-off before reconnecting, or (ready) recycle */
     ev_tstamp born;  /* when it became ready */
     double last_drop; /* life of this slot's last socket the DC closed (0: none yet) */
-    struct socks_dial sd; /* through socks5: the handshake's progress before it is ready */
+    struct dial dial; /* the connect (and SOCKS5 handshake) before it is ready */
 };
 
 /* The pool for one DC id. */

@@ -9,7 +9,7 @@
 #include "core/sock.h"
 #include "proto/tlsprofile.h"
 #include "proxy/options.h"
-#include "proxy/socks.h"
+#include "proxy/dialer.h"
 
 #define TLSLEARN_SLOTS 4        /* published profiles; a reader's copy outlives 3 refreshes */
 #define TLSLEARN_ROUNDS 3       /* handshakes per learning (their spread is the variation) */
@@ -22,7 +22,7 @@ struct tlslearn_conn {
     ev_timer timer;
     ev_tstamp start;
     int connected;
-    struct socks_dial sd;         /* through socks5: the handshake's progress */
+    struct dial dial;             /* its connect (and SOCKS5 handshake) while not connected */
 };
 
 /*

@@ -72,37 +72,40 @@ static void slot_arm_recycle(struct dcpool_slot *sl)
     ev_timer_start(loop, &sl->timer);
 }
 
+/* Where slot sl's current attempt goes. */
+static struct dial_to slot_to(const struct dcpool_slot *sl)
+{
+    const struct dcpool *p = sl->pool;
+    const struct dcpool_set *s = p->set;
+    return (struct dial_to){.target = &s->dcs->e[p->first + sl->addr_try].addr,
+                            .socks = s->socks, .socks_addr = &s->socks_addr, .opts = &s->opts};
+}
+
+static void slot_watch(struct dcpool_slot *sl, int events)
+{
+    struct ev_loop *loop = sl->pool->set->loop;
+    ev_io_stop(loop, &sl->io);
+    ev_io_set(&sl->io, sl->fd, events);
+    ev_io_start(loop, &sl->io);
+}
+
 static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct dcpool_slot *sl = io->data;
     struct dcpool *p = sl->pool;
-    struct dcpool_set *s = p->set;
     if (!sl->ready) {
-        if (!s->socks || sl->sd.step == SOCKS_STEP_NONE) {
-            if (sock_connect_result(sl->fd)) {
-                slot_failed(sl);
-                return;
-            }
+        struct dial_to to = slot_to(sl);
+        struct dial_result r;
+        enum dial_verdict v = dial_step(&sl->dial, sl->fd, &to, revents, &r);
+        if (v > 0) { /* not yet: the events to wait for */
+            slot_watch(sl, v);
+            return;
         }
-        if (s->socks) {
-            const char *why = "";
-            int code = 0;
-            enum socks_result r =
-                sl->sd.step == SOCKS_STEP_NONE
-                    ? socks_dial_start(&sl->sd, sl->fd, s->socks, &why)
-                    : socks_dial_read(&sl->sd, sl->fd, s->socks,
-                                      &s->dcs->e[p->first + sl->addr_try].addr.u.sa, &why, &code);
-            if (r == SOCKS_DIAL_FAIL) {
-                log_debug("dc pool %d: %s", p->id, why);
-                slot_failed(sl);
-                return;
-            }
-            if (r == SOCKS_DIAL_WAIT) {
-                ev_io_stop(loop, &sl->io);
-                ev_io_set(&sl->io, sl->fd, EV_READ);
-                ev_io_start(loop, &sl->io);
-                return;
-            }
+        if (v != DIAL_DONE) {
+            if (r.socks)
+                log_debug("dc pool %d: %s", p->id, r.why);
+            slot_failed(sl);
+            return;
         }
         sl->ready = 1;
         STAT_INC(&p->set->stats.ready);
@@ -110,9 +113,7 @@ static void on_slot_io(struct ev_loop *loop, ev_io *io, int revents)
         p->fails = 0;
         STAT_INC(&p->set->stats.connects);
         slot_arm_recycle(sl);
-        ev_io_stop(loop, &sl->io);
-        ev_io_set(&sl->io, sl->fd, EV_READ); /* an idle pooled socket reads only EOF/RST */
-        ev_io_start(loop, &sl->io);
+        slot_watch(sl, EV_READ); /* an idle pooled socket reads only EOF/RST */
         return;
     }
     /* Readable while idle: the DC closed it (or sent something unexpected). Replace it. */
@@ -159,17 +160,17 @@ static void slot_connect(struct dcpool_slot *sl)
     struct dcpool_set *s = p->set;
     if (s->stopped)
         return;
-    sl->sd.step = SOCKS_STEP_NONE;
-    sl->fd = sock_connect(s->socks ? &s->socks_addr : &s->dcs->e[p->first + sl->addr_try].addr,
-                          &s->opts);
-    if (sl->fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+    struct dial_to to = slot_to(sl);
+    struct dial_result r;
+    enum dial_verdict v = dial_start(&sl->dial, &to, &sl->fd, &r);
+    if (v == DIAL_NO_FD) {
         /* Out of descriptors: not the DC's fault, and the reserve kept for accepted clients
          * is not ours to take. Try again later, without growing the DC's back-off. */
         ev_timer_set(&sl->timer, DCPOOL_BACKOFF_MIN, 0);
         ev_timer_start(s->loop, &sl->timer);
         return;
     }
-    if (sl->fd < 0) {
+    if (v == DIAL_FAIL) {
         slot_failed(sl);
         return;
     }

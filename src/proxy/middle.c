@@ -19,8 +19,8 @@
 #include "proto/frame.h"
 #include "proto/obfs2.h"
 #include "proxy/conn.h"
+#include "proxy/dialer.h"
 #include "proxy/relay.h"
-#include "proxy/socks.h"
 
 #define ME_HANDSHAKE_TIMEOUT 5.0 /* connect + nonce + handshake */
 #define ME_BACKOFF_MIN 0.5
@@ -70,7 +70,7 @@ struct me_link {
     struct rpc_nonce nonce;  /* ours */
     uint8_t pid[RPC_PID_LEN];
     struct rpc_endpoint clt, srv;
-    struct socks_dial sd;             /* through socks5: the handshake's progress */
+    struct dial dial;                 /* ML_CONNECTING: the connect (and SOCKS5 handshake) */
     uint8_t bound[SOCKS_BOUND_LEN];   /* through socks5: where the server connected from */
 };
 
@@ -478,16 +478,25 @@ static void endpoint_of(const struct sockaddr_storage *ss, const struct options 
         }
 }
 
-static void link_connect(struct me_link *l)
+/* Where link l dials: its ME address, through the socks5 server if one is set (the bound
+ * address the server reports is kept for the keys). */
+static struct dial_to link_to(struct me_link *l)
 {
     struct proxy_worker *pw = l->m->pw;
     const struct options *o = pw->opt;
-    l->sd.step = SOCKS_STEP_NONE;
-    l->fd = sock_connect(o->socks5_on ? &o->socks5_addr : &l->t->addrs[l->addr].addr,
-                         &pw->sockopts);
-    if (l->fd < 0) {
+    return (struct dial_to){.target = &l->t->addrs[l->addr].addr,
+                            .socks = o->socks5_on ? &o->socks5 : NULL,
+                            .socks_addr = &o->socks5_addr, .opts = &pw->sockopts,
+                            .bound = l->bound};
+}
+
+static void link_connect(struct me_link *l)
+{
+    struct dial_to to = link_to(l);
+    struct dial_result r;
+    if (dial_start(&l->dial, &to, &l->fd, &r) != DIAL_WAIT_WRITE) {
         char why[96];
-        snprintf(why, sizeof why, "connect: %s", strerror(errno));
+        snprintf(why, sizeof why, "connect: %s", r.why);
         link_fail(l, why);
         return;
     }
@@ -501,34 +510,36 @@ static void link_connect(struct me_link *l)
 
 static void link_connected(struct me_link *l);
 
-/* Connecting through socks5: the server's TCP connect succeeded (start) or it sent bytes.
- * A refused CONNECT is logged with the server's reason and counted; the link backs off. */
-static void link_socks_step(struct me_link *l)
+/* Connecting: the TCP connect ended (to the ME, or to the socks5 server) or the socks5 server
+ * sent bytes. A refused CONNECT is logged with the server's reason and counted; the link
+ * backs off. */
+static void link_dial_step(struct me_link *l, int revents)
 {
     struct proxy_worker *pw = l->m->pw;
     const struct options *o = pw->opt;
-    const char *why = "socks5: handshake failed";
-    int code = 0;
-    enum socks_result r =
-        l->sd.step == SOCKS_STEP_NONE
-            ? socks_dial_start(&l->sd, l->fd, &o->socks5, &why)
-            : socks_dial_read_bound(&l->sd, l->fd, &o->socks5, &l->t->addrs[l->addr].addr.u.sa,
-                                    &why, &code, l->bound);
-    if (r == SOCKS_DIAL_WAIT) {
-        link_watch(l, EV_READ);
-        return;
-    }
-    if (r == SOCKS_DIAL_DONE) {
+    struct dial_to to = link_to(l);
+    struct dial_result r;
+    enum dial_verdict v = dial_step(&l->dial, l->fd, &to, revents, &r);
+    if (v == DIAL_DONE) {
         link_connected(l);
         return;
     }
-    STAT_INC(&pw->stats.socks_fails);
+    if (v > 0) { /* not yet: the events to wait for */
+        link_watch(l, (unsigned)v);
+        return;
+    }
     char sv[SOCK_ADDR_STRLEN], msg[200];
+    if (!r.socks) {
+        snprintf(msg, sizeof msg, "connect%s: %s", o->socks5_on ? " to socks5" : "", r.why);
+        link_fail(l, msg);
+        return;
+    }
+    STAT_INC(&pw->stats.socks_fails);
     sock_addr_format(&o->socks5_addr, sv, sizeof sv);
-    if (code > 0)
-        snprintf(msg, sizeof msg, "socks5 %s refused the ME: %s (reply %d)", sv, why, code);
+    if (r.code > 0)
+        snprintf(msg, sizeof msg, "socks5 %s refused the ME: %s (reply %d)", sv, r.why, r.code);
     else
-        snprintf(msg, sizeof msg, "socks5 %s: %s", sv, why);
+        snprintf(msg, sizeof msg, "socks5 %s: %s", sv, r.why);
     link_fail(l, msg);
 }
 
@@ -936,18 +947,7 @@ static void on_link_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct me_link *l = io->data;
     if (l->state == ML_CONNECTING) {
-        const struct options *o = l->m->pw->opt;
-        int err = l->sd.step == SOCKS_STEP_NONE ? sock_connect_result(l->fd) : 0;
-        if (err) {
-            char why[96];
-            snprintf(why, sizeof why, "connect%s: %s", o->socks5_on ? " to socks5" : "",
-                     strerror(err));
-            link_fail(l, why);
-        } else if (o->socks5_on) {
-            link_socks_step(l);
-        } else {
-            link_connected(l);
-        }
+        link_dial_step(l, revents);
         return;
     }
     if (revents & EV_WRITE) {

@@ -146,15 +146,22 @@ static void lconn_close(struct tlslearn *l, struct tlslearn_conn *c)
     ev_timer_stop(l->loop, &c->timer);
 }
 
+/* Where the learner's connections go: the site, directly or through the socks5 server. */
+static struct dial_to lconn_to(struct tlslearn *l)
+{
+    return (struct dial_to){.target = &l->target, .socks = l->via_socks ? &l->socks : NULL,
+                            .socks_addr = &l->socks_addr};
+}
+
 static int lconn_open(struct tlslearn *l, struct tlslearn_conn *c, void (*cb)(struct ev_loop *,
                       ev_io *, int), void (*tcb)(struct ev_loop *, ev_timer *, int),
                       double timeout)
 {
-    c->fd = sock_connect(l->via_socks ? &l->socks_addr : &l->target, NULL);
-    if (c->fd < 0)
-        return -1;
+    struct dial_to to = lconn_to(l);
+    struct dial_result r;
+    if (dial_start(&c->dial, &to, &c->fd, &r) != DIAL_WAIT_WRITE)
+        return errno = r.err, -1;
     c->connected = 0;
-    c->sd.step = SOCKS_STEP_NONE;
     c->start = ev_now(l->loop);
     ev_io_init(&c->io, cb, c->fd, EV_WRITE);
     c->io.data = l;
@@ -167,31 +174,26 @@ static int lconn_open(struct tlslearn *l, struct tlslearn_conn *c, void (*cb)(st
 
 /* A learner connection became writable or readable before it is connected: its TCP connect
  * ended, or (through socks5) the SOCKS handshake moved on. Returns 1 when the site is
- * connected, 0 to wait (watching for reading), -1 with *why on failure. */
-static int lconn_progress(struct tlslearn *l, struct tlslearn_conn *c, const char **why)
+ * connected, 0 to wait (watching what the dialer asked for), -1 with *why on failure. */
+static int lconn_progress(struct tlslearn *l, struct tlslearn_conn *c, int revents,
+                          const char **why)
 {
-    enum socks_result r;
-    int code = 0;
-    if (c->sd.step == SOCKS_STEP_NONE) {
-        int e = sock_connect_result(c->fd);
-        if (e)
-            return *why = strerror(e), -1;
-        if (!l->via_socks)
-            return 1;
-        r = socks_dial_start(&c->sd, c->fd, &l->socks, why);
-    } else {
-        r = socks_dial_read(&c->sd, c->fd, &l->socks, &l->target.u.sa, why, &code);
-    }
-    if (r == SOCKS_DIAL_FAIL) {
-        char sv[SOCK_ADDR_STRLEN];
-        sock_addr_format(&l->socks_addr, sv, sizeof sv);
-        log_info("tls-profile: socks5 %s: %s (reply %d)", sv, *why, code);
+    struct dial_to to = lconn_to(l);
+    struct dial_result r;
+    enum dial_verdict v = dial_step(&c->dial, c->fd, &to, revents, &r);
+    if (v == DIAL_FAIL) {
+        *why = r.why;
+        if (r.socks) {
+            char sv[SOCK_ADDR_STRLEN];
+            sock_addr_format(&l->socks_addr, sv, sizeof sv);
+            log_info("tls-profile: socks5 %s: %s (reply %d)", sv, r.why, r.code);
+        }
         return -1;
     }
-    if (r == SOCKS_DIAL_DONE)
+    if (v == DIAL_DONE)
         return 1;
     ev_io_stop(l->loop, &c->io);
-    ev_io_set(&c->io, c->fd, EV_READ);
+    ev_io_set(&c->io, c->fd, v); /* the events to wait for */
     ev_io_start(l->loop, &c->io);
     return 0;
 }
@@ -303,12 +305,11 @@ static void on_hs_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void on_hs_io(struct ev_loop *loop, ev_io *io, int revents)
 {
-    (void)revents;
     struct tlslearn *l = io->data;
     struct tlslearn_conn *c = &l->hs;
     if (!c->connected) {
         const char *why = "connect failed";
-        int r = lconn_progress(l, c, &why);
+        int r = lconn_progress(l, c, revents, &why);
         if (r < 0) {
             hs_fail(l, why);
             return;
@@ -405,12 +406,11 @@ static void on_idle_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void on_idle_io(struct ev_loop *loop, ev_io *io, int revents)
 {
-    (void)revents;
     struct tlslearn *l = io->data;
     struct tlslearn_conn *c = &l->idle;
     if (!c->connected) {
         const char *why = "connect failed";
-        int r = lconn_progress(l, c, &why);
+        int r = lconn_progress(l, c, revents, &why);
         if (r < 0) {
             idle_end(l, 0);
             return;
