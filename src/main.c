@@ -677,7 +677,7 @@ int main(int argc, char **argv)
     struct gen *g = reload_build(&rl, NULL, &errs);
     main_gen = g;
     if (doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
-        return tools_doctor(g ? &g->opt : NULL, &errs, offline, stdout) ? 1 : 0;
+        return tools_doctor(g ? &g->opt : NULL, NULL, &errs, offline, stdout) ? 1 : 0;
     if (links_cmd && g) {
         if (!g->opt.nsecrets) {
             fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
