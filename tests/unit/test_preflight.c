@@ -15,7 +15,7 @@
 #include "proxy/conn.h"
 #include "proxy/middle.h"
 
-#define K1 "00112233445566778899aabbccddeef1"
+static char sec_a[] = "a:00112233445566778899aabbccddeef1";
 
 /* Options from `--key value` arguments (checked: no errors). */
 static struct options *opts(int argc, char **argv)
@@ -45,7 +45,7 @@ static void done(struct options *o)
 static void test_direct(void **state)
 {
     (void)state;
-    char *a[] = {"--listen", "127.0.0.1:9443", "--secret", "a:" K1, "--workers", "3",
+    char *a[] = {"--listen", "127.0.0.1:9443", "--secret", sec_a, "--workers", "3",
                  "--max-connections", "1000", "--dc-pool", "0", "--mask", "off"};
     struct options *o = opts(12, a);
     struct preflight_fds b;
@@ -69,7 +69,7 @@ static void test_direct(void **state)
 static void test_dc_pool(void **state)
 {
     (void)state;
-    char *a[] = {"--listen", "127.0.0.1:9443", "--secret", "a:" K1, "--workers", "2",
+    char *a[] = {"--listen", "127.0.0.1:9443", "--secret", sec_a, "--workers", "2",
                  "--max-connections", "1000", "--dc-pool", "4", "--mask", "off"};
     struct options *o = opts(12, a);
     struct preflight_fds b;
@@ -77,7 +77,7 @@ static void test_dc_pool(void **state)
     assert_int_equal(b.reserve, BASE(2) + 2 * 4 * 6);
     assert_int_equal(b.need, 2000 + BASE(2) + 2 * 4 * 6);
     done(o);
-    char *c[] = {"--listen", "127.0.0.1:9443", "--secret", "a:" K1, "--dc-pool", "3",
+    char *c[] = {"--listen", "127.0.0.1:9443", "--secret", sec_a, "--dc-pool", "3",
                  "--dc-builtin", "off", "--dc", "2 127.0.0.1:1", "--dc", "2 127.0.0.1:2",
                  "--dc", "4 127.0.0.1:3", "--mask", "off"};
     o = opts(16, c);
@@ -91,7 +91,7 @@ static void test_dc_pool(void **state)
 static void test_middle(void **state)
 {
     (void)state;
-    char *a[] = {"--listen", "127.0.0.1:9443", "--secret", "a:" K1, "--ad-tag",
+    char *a[] = {"--listen", "127.0.0.1:9443", "--secret", sec_a, "--ad-tag",
                  "0123456789abcdef0123456789abcdef", "--me-pool", "3", "--dc-pool", "0",
                  "--mask", "off", "--proxy-secret-file", "/nonexistent/s",
                  "--proxy-config-file", "/nonexistent/c"};
