@@ -33,6 +33,7 @@
 #include "proxy/metrics.h"
 #include "proxy/middle.h"
 #include "proxy/options.h"
+#include "proxy/preflight.h"
 #include "proxy/reload.h"
 #include "proxy/tlslearn.h"
 #include "proxy/tools.h"
@@ -74,17 +75,6 @@ static void usage(FILE *f)
             MTPROXY_VERSION, help);
 }
 
-/* Draws a new 16-byte key. A plain secret is redrawn while its hex starts with dd or ee:
- * some clients (Telethon among them) read such a prefix as a secret kind. Returns 0 or -1. */
-static int draw_key(struct secret *s)
-{
-    do {
-        if (crypto_random(s->key, sizeof s->key))
-            return -1;
-    } while (s->kind == SECRET_PLAIN && (s->key[0] == 0xdd || s->key[0] == 0xee));
-    return 0;
-}
-
 static int generate_secret(int argc, char **argv)
 {
     struct secret s = {.kind = SECRET_PLAIN};
@@ -101,7 +91,7 @@ static int generate_secret(int argc, char **argv)
         }
     }
     char hex[SECRET_HEX_MAX + 1], err[256];
-    if (draw_key(&s)) {
+    if (preflight_draw_key(&s)) {
         fprintf(stderr, "mtproxy: no random source\n");
         return 1;
     }
@@ -111,63 +101,6 @@ static int generate_secret(int argc, char **argv)
     }
     printf("%s\n", hex);
     return 0;
-}
-
-/* Secret from the state file, or a new one saved there. Returns 0, or -1 with err. */
-static int ensure_secret(struct options *o, char *err, size_t errlen)
-{
-    if (o->nsecrets)
-        return 0;
-    int rc = options_load_state(o, o->state_file, err, errlen);
-    if (rc != 0)
-        return rc < 0 ? -1 : 0;
-    struct secret s = {.kind = SECRET_PLAIN};
-    snprintf(s.name, sizeof s.name, "default");
-    if (draw_key(&s)) {
-        snprintf(err, errlen, "no random source");
-        return -1;
-    }
-    if (options_save_state(&s, o->state_file, err, errlen))
-        return -1;
-    if (options_add_secret(o, &s, err, errlen))
-        return -1;
-    log_info("no secret configured: generated one and saved it in %s", o->state_file);
-    return 0;
-}
-
-/* Raises RLIMIT_NOFILE to its hard limit and lowers max-connections to fit it. */
-static void fit_fd_limit(struct options *o, int nworkers, const struct me_table *me)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
-    if (rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    /* Two descriptors per connection (from accept on: while it handshakes, its worker holds
-     * one in reserve for its upstream socket), plus per worker its listeners, epoll/eventfd,
-     * the spare reserve descriptor for the next accept and splice pipes (two each), plus
-     * slack. */
-    long long reserve =
-        (long long)nworkers * (o->nlisten + 4 + 1 + 2 * PROXY_PIPES_PER_WORKER +
-                               (o->metrics_on ? METRICS_FDS_PER_WORKER : 0)) + 32;
-    long long ids = 0; /* pooled DC sockets: per worker, per DC id */
-    for (int i = 0; i < o->ndcs; i++)
-        ids += i == 0 || o->dcs[i].id != o->dcs[i - 1].id;
-    reserve += (long long)nworkers * o->dc_pool * (ids + (o->dc_builtin ? 6 : 0));
-    if (me) /* ME links, with room for a reload's new set while the old one drains */
-        reserve += 2LL * nworkers * o->me_pool * me->naddrs;
-    long long fit = ((long long)rl.rlim_cur - reserve) / 2;
-    if (rl.rlim_cur != RLIM_INFINITY && fit < o->max_connections) {
-        if (fit < 1)
-            fit = 1;
-        log_warn("max-connections %d needs %lld file descriptors but RLIMIT_NOFILE is %llu: "
-                 "using max-connections %lld",
-                 o->max_connections, 2LL * o->max_connections + reserve,
-                 (unsigned long long)rl.rlim_cur, fit);
-        o->max_connections = (int)fit;
-    }
 }
 
 /* The links carry the secrets, so they never go to the log (a journal or a shared log file is
@@ -214,15 +147,31 @@ static void print_links(const struct options *o, uid_t owner)
         log_info("links use host '%s'; set public-host to the address clients reach", host);
 }
 
-static int drop_privileges(const char *user)
+/* The account `user` names, looked up once (getpwnam) at start. */
+struct run_user {
+    char name[sizeof ((struct options *)0)->user]; /* "": none (stay this process's user) */
+    int found;
+    uid_t uid;
+    gid_t gid;
+};
+
+static void run_user_lookup(struct run_user *u, const char *name)
 {
-    struct passwd *pw = getpwnam(user);
-    if (!pw) {
-        log_error("user '%s' does not exist", user);
+    snprintf(u->name, sizeof u->name, "%s", name);
+    struct passwd *pw = name[0] ? getpwnam(name) : NULL;
+    u->found = pw != NULL;
+    u->uid = pw ? pw->pw_uid : (uid_t)-1;
+    u->gid = pw ? pw->pw_gid : (gid_t)-1;
+}
+
+static int drop_privileges(const struct run_user *u)
+{
+    if (!u->found) {
+        log_error("user '%s' does not exist", u->name);
         return -1;
     }
-    if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
-        log_error("cannot switch to user '%s': %s", user, strerror(errno));
+    if (setgroups(0, NULL) != 0 || setgid(u->gid) != 0 || setuid(u->uid) != 0) {
+        log_error("cannot switch to user '%s': %s", u->name, strerror(errno));
         return -1;
     }
     return 0;
@@ -278,25 +227,6 @@ static void log_user_stats(const struct users *u)
                  (unsigned long long)t.refused[UR_QUOTA],
                  (unsigned long long)t.refused[UR_EXPIRED]);
     }
-}
-
-/* SIGHUP in middle mode: rereads proxy-secret-file and proxy-config-file and hands the new
- * table to the workers (new clients use it; old links finish their clients). A bad file keeps
- * the current table. Returns the table now in use. */
-static struct me_table *reload_middle(const struct options *o, struct proxy_worker *pws, int n,
-                                      struct me_table *cur)
-{
-    char err[CONFIG_ERR_LEN];
-    struct me_table *t = middle_table_load(o, err, sizeof err);
-    if (!t) {
-        log_error("SIGHUP: middle-proxy files not reloaded, keeping the current ones: %s", err);
-        return cur;
-    }
-    middle_reload(pws, n, t);
-    middle_table_put(cur);
-    log_info("SIGHUP: middle-proxy files reloaded: %d ME address%s", t->naddrs,
-             t->naddrs == 1 ? "" : "es");
-    return t;
 }
 
 /* The SIGUSR1 lines: the counter table's (proxy/counters.h), with the workers' own and the DC
@@ -356,9 +286,9 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         log_user_stats(pws[0].users);
 }
 
-/* 1 if path's directory exists; if w, also that user (pw; NULL: this process) may create
- * files in it. Checked in a child that takes the user's identity. */
-static int dir_ok(const char *path, const struct passwd *pw, int *missing)
+/* 1 if path's directory exists and that user (u; NULL: this process) may create files in
+ * it. Checked in a child that takes the user's identity. */
+static int dir_ok(const char *path, const struct run_user *pw, int *missing)
 {
     char dir[OPT_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
@@ -373,11 +303,11 @@ static int dir_ok(const char *path, const struct passwd *pw, int *missing)
     *missing = stat(dir, &st) != 0 || !S_ISDIR(st.st_mode);
     if (*missing)
         return 0;
-    if (!pw || geteuid() != 0 || pw->pw_uid == 0)
+    if (!pw || geteuid() != 0 || pw->uid == 0)
         return access(dir, W_OK | X_OK) == 0;
     pid_t child = fork();
     if (child == 0) {
-        if (setgroups(0, NULL) || setgid(pw->pw_gid) || setuid(pw->pw_uid))
+        if (setgroups(0, NULL) || setgid(pw->gid) || setuid(pw->uid))
             _exit(2);
         _exit(access(dir, W_OK | X_OK) == 0 ? 0 : 1);
     }
@@ -394,7 +324,7 @@ static int dir_ok(const char *path, const struct passwd *pw, int *missing)
         (e)->count++;                                                                          \
     } while (0)
 
-static void check_file_dir(const char *key, const char *path, const struct passwd *pw,
+static void check_file_dir(const char *key, const char *path, const struct run_user *pw,
                            const char *who, struct config_errors *e)
 {
     int missing = 0;
@@ -449,14 +379,15 @@ static void check_listen(const struct options *o, int check_only, struct config_
 
 /* Everything that start-up would fail on after the config parsed: checked before anything
  * is written (and by --check-config). */
-static void startup_checks(const struct options *o, int check_only, struct config_errors *e)
+static void startup_checks(const struct options *o, const struct run_user *u, int check_only,
+                           struct config_errors *e)
 {
-    struct passwd *pw = NULL;
+    const struct run_user *pw = NULL;
     if (o->user[0]) {
-        pw = getpwnam(o->user);
+        pw = u->found ? u : NULL;
         if (!pw)
             CHECK_ERR(e, "user '%s' does not exist", o->user);
-        else if (geteuid() != 0 && geteuid() != pw->pw_uid)
+        else if (geteuid() != 0 && geteuid() != pw->uid)
             CHECK_ERR(e, "user = %s: only root can switch to another user", o->user);
     }
     /* Files written before privileges are dropped (log, pidfile, a generated secret) need
@@ -567,77 +498,54 @@ static int state_lock(const char *state_file, char *err, size_t errlen)
     return fd;
 }
 
-/* SIGHUP: builds the new generation; hands it to the workers if it is good (returns it), or
- * logs every error and keeps the running one (returns NULL). */
-static struct gen *reload(struct reload *rl, struct gen *cur, struct proxy_worker *pws,
-                          int nworkers)
+
+/* What the process holds from start to exit (main's phases share it). */
+struct app {
+    /* configure: the command line and the first generation */
+    const char *config_path;
+    int check_only, links_cmd, doctor_cmd;
+    int qr, offline;          /* links: -1 = QR codes on a terminal; doctor: no network */
+    char **args;              /* the `--key value` arguments (every reload reads them again) */
+    struct reload rl;
+    struct reload_start start;
+    struct config_errors errs;
+    struct gen *g;            /* the running generation */
+    struct run_user user;
+    /* preflight */
+    sigset_t sigs;            /* what the run waits for */
+    int log_opened, lock_fd;
+    struct users users;
+    struct replay *replay;
+    struct tlslearn learn;
+    /* workers */
+    int nworkers, nstarted;
+    struct worker *ws;
+    struct proxy_worker *pws;
+    struct metrics_shared mshared;
+    struct metrics_worker *mws;
+    /* detach and run */
+    char pidfile[OPT_PATH_MAX];
+    struct state_saver saver;
+    int ran;                  /* the run ended on SIGTERM/SIGINT: stop in order */
+};
+
+#define APP_ON (-1) /* a phase's "go on"; anything else is the exit code */
+
+/* The command line: a subcommand (links, doctor), --check-config, --config, --help, --version;
+ * the rest are `--key value` for the config. */
+static int app_args(struct app *a, int argc, char **argv)
 {
-    static struct config_errors errs;
-    memset(&errs, 0, sizeof errs);
-    struct gen *g = reload_build(rl, cur, &errs);
-    if (!g) {
-        int shown = errs.count < CONFIG_MAX_ERRORS ? errs.count : CONFIG_MAX_ERRORS;
-        for (int i = 0; i < shown; i++)
-            log_error("SIGHUP: %s", errs.msg[i]);
-        log_error("SIGHUP: configuration rejected (%d error%s): the running one is kept",
-                  errs.count, errs.count == 1 ? "" : "s");
-        return NULL;
-    }
-    g->state_secret = cur->state_secret && g->opt.nsecrets == cur->opt.nsecrets;
-    char keys[512];
-    int n = reload_restart_keys(cur, g, keys, sizeof keys);
-    if (n)
-        log_warn("SIGHUP: %s changed: %s only after a restart (the running value stays)", keys,
-                 n == 1 ? "it takes effect" : "they take effect");
-    uint32_t removed = reload_removed_users(cur, g);
-    log_set_level((enum log_level)g->opt.log_level);
-    reload_commit(rl, g);
-    for (int i = 0; i < nworkers; i++)
-        proxy_worker_post_gen(&pws[i], g);
-    log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
-             "closed), %d dc line%s; live connections keep their settings",
-             (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
-             removed, g->opt.ndcs, g->opt.ndcs == 1 ? "" : "s");
-    log_acl(&g->acl);
-    gen_unref(cur);
-    return g;
-}
-
-/* What main holds on the heap for the life of the process (the running generation, the
- * argument list reloads read again): freed at exit on every path, early returns too. */
-static struct gen *main_gen;
-static char **main_args;
-
-static void free_at_exit(void)
-{
-    gen_unref(main_gen);
-    main_gen = NULL;
-    free(main_args);
-    main_args = NULL;
-}
-
-int main(int argc, char **argv)
-{
-    if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
-        return generate_secret(argc - 2, argv + 2);
-
-    const char *config_path = NULL;
-    int check_only = 0;
-    /* Subcommands that read the config: links (qr: -1 = on a terminal) and doctor. */
-    int links_cmd = argc >= 2 && !strcmp(argv[1], "links");
-    int doctor_cmd = argc >= 2 && !strcmp(argv[1], "doctor");
-    int qr = -1, offline = 0;
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    main_args = rest;
-    atexit(free_at_exit);
+    a->links_cmd = argc >= 2 && !strcmp(argv[1], "links");
+    a->doctor_cmd = argc >= 2 && !strcmp(argv[1], "doctor");
+    a->qr = -1;
     int nrest = 0;
-    if (!rest)
+    if (!(a->args = calloc((size_t)argc + 1, sizeof *a->args)))
         return 1;
-    for (int i = 1 + (links_cmd || doctor_cmd); i < argc; i++) {
-        if (links_cmd && (!strcmp(argv[i], "--qr") || !strcmp(argv[i], "--no-qr"))) {
-            qr = argv[i][2] == 'q';
-        } else if (doctor_cmd && !strcmp(argv[i], "--offline")) {
-            offline = 1;
+    for (int i = 1 + (a->links_cmd || a->doctor_cmd); i < argc; i++) {
+        if (a->links_cmd && (!strcmp(argv[i], "--qr") || !strcmp(argv[i], "--no-qr"))) {
+            a->qr = argv[i][2] == 'q';
+        } else if (a->doctor_cmd && !strcmp(argv[i], "--offline")) {
+            a->offline = 1;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -645,307 +553,410 @@ int main(int argc, char **argv)
             printf("mtproxy %s\n", MTPROXY_VERSION);
             return 0;
         } else if (!strcmp(argv[i], "--check-config")) {
-            check_only = 1;
+            a->check_only = 1;
         } else if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mtproxy: --config needs a file\n");
                 return EXIT_CONFIG;
             }
-            config_path = argv[++i];
+            a->config_path = argv[++i];
         } else if (!strncmp(argv[i], "--config=", 9)) {
-            config_path = argv[i] + 9;
+            a->config_path = argv[i] + 9;
         } else {
-            rest[nrest++] = argv[i];
+            a->args[nrest++] = argv[i];
         }
     }
+    reload_init(&a->rl, NULL, a->config_path, nrest, a->args);
+    return APP_ON;
+}
 
-    /* One path builds the configuration, at start and on SIGHUP (proxy/reload.h). */
-    static struct reload rl;
-    reload_init(&rl, NULL, config_path, nrest, rest);
-    static struct config_errors errs;
-    struct gen *g = reload_build(&rl, NULL, &errs);
-    main_gen = g;
-    if (doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
-        return tools_doctor(g ? &g->opt : NULL, &errs, offline, stdout) ? 1 : 0;
-    if (links_cmd && g) {
+/* The first generation, built by the path every reload takes (proxy/reload.h), whole before
+ * it is checked: for the proxy with start-up's part (the generated secret, the fd fit, the
+ * users registry). links and doctor are done with it here. */
+static int app_configure(struct app *a)
+{
+    int run = !a->links_cmd && !a->doctor_cmd && !a->check_only;
+    a->rl.tool = a->links_cmd || a->doctor_cmd;
+    if (run) {
+        a->rl.users = &a->users;
+        a->rl.start = &a->start;
+    }
+    a->g = reload_build(&a->rl, NULL, &a->errs);
+    a->rl.start = NULL;
+    struct gen *g = a->g;
+    if (a->doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
+        return tools_doctor(g ? &g->opt : NULL, g ? g->me : NULL, &a->errs, a->offline, stdout)
+                   ? 1 : 0;
+    if (a->links_cmd && g) {
         if (!g->opt.nsecrets) {
             fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
                             "the proxy once, or add secret lines\n", g->opt.state_file);
             return 1;
         }
-        return tools_links(&g->opt, stdout, qr < 0 ? isatty(STDOUT_FILENO) : qr);
+        return tools_links(&g->opt, stdout, a->qr < 0 ? isatty(STDOUT_FILENO) : a->qr);
     }
-    /* Everything start-up would fail on later, checked now (and by --check-config). */
-    if (g)
-        startup_checks(&g->opt, check_only, &errs);
-    /* Middle mode's files are read here too, so --check-config reports their errors (and
-     * reread on SIGHUP: reload_middle). */
-    struct me_table *me = NULL;
-    if (g && g->opt.middle && !errs.count) {
-        char merr[CONFIG_ERR_LEN];
-        if (!(me = middle_table_load(&g->opt, merr, sizeof merr))) {
-            snprintf(errs.msg[0], CONFIG_ERR_LEN, "%s", merr);
-            errs.count = 1;
-        }
+    return APP_ON;
+}
+
+/* Everything start-up would fail on later, checked now (and by --check-config). */
+static int app_check(struct app *a)
+{
+    struct gen *g = a->g;
+    if (g) {
+        run_user_lookup(&a->user, g->opt.user);
+        startup_checks(&g->opt, &a->user, a->check_only, &a->errs);
     }
-    if (errs.count) {
-        print_errors(&errs);
+    if (a->errs.count) {
+        print_errors(&a->errs);
         return EXIT_CONFIG;
     }
-    struct options *o0 = &g->opt;
-    if (check_only) {
-        if (me)
-            printf("middle-proxy mode: %d ME address%s, proxy secret of %zu bytes\n",
-                   me->naddrs, me->naddrs == 1 ? "" : "es", me->secret_len);
-        middle_table_put(me);
-        printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
-               "access-list range%s)\n",
-               o0->nlisten, o0->nlisten == 1 ? "" : "es", o0->nsecrets,
-               o0->nsecrets == 1 ? "" : "s", o0->ndcs, o0->ndcs == 1 ? "" : "s",
-               cidr_set_count(&g->acl.allow) + cidr_set_count(&g->acl.deny),
-               cidr_set_count(&g->acl.allow) + cidr_set_count(&g->acl.deny) == 1 ? "" : "s");
-        return 0;
-    }
+    if (!a->check_only)
+        return APP_ON;
+    const struct options *o = &g->opt;
+    const struct me_table *me = g->me;
+    if (me)
+        printf("middle-proxy mode: %d ME address%s, proxy secret of %zu bytes\n",
+               me->naddrs, me->naddrs == 1 ? "" : "es", me->secret_len);
+    size_t nacl = cidr_set_count(&g->acl.allow) + cidr_set_count(&g->acl.deny);
+    printf("configuration OK (%d listen address%s, %d secret%s, %d dc line%s, %zu "
+           "access-list range%s)\n",
+           o->nlisten, o->nlisten == 1 ? "" : "es", o->nsecrets, o->nsecrets == 1 ? "" : "s",
+           o->ndcs, o->ndcs == 1 ? "" : "s", nacl, nacl == 1 ? "" : "s");
+    return 0;
+}
 
+/* The replay cache: the window covers a hello stamped at the edge of the future skew until it
+ * falls off the past skew; with tls-ignore-time the cache is FIFO only. */
+static int app_replay(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    if (!opt->replay_cache)
+        return APP_ON;
+    struct replay_config rc = {.window = opt->tls_ignore_time ? 0
+                                                              : 2 * (opt->tls_time_skew_ms / 1000)};
+    rc.max_entries = opt->replay_cache / 36 + 1;
+    while (rc.max_entries > 1 && replay_memory_for(&rc) > opt->replay_cache)
+        rc.max_entries -= rc.max_entries / 16 + 1;
+    if (!(a->replay = replay_new(&rc))) {
+        log_error("cannot allocate the replay cache (%zu bytes)", opt->replay_cache);
+        return 1;
+    }
+    log_info("replay cache: %zu entries, %zu bytes, window %u s", rc.max_entries,
+             replay_memory_for(&rc), rc.window);
+    return APP_ON;
+}
+
+/* Signals, the log, the state file's lock and a drawn secret saved in it, the descriptor
+ * limit, the replay cache, the TLS profile learner. */
+static int app_preflight(struct app *a)
+{
+    const struct options *o = &a->g->opt;
     /* Block the signals main waits for before anything is bound, so a SIGTERM that arrives
      * during start-up is taken by sigwait (clean exit 0), not by the default action; the
      * workers inherit the mask. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    sigemptyset(&a->sigs);
+    sigaddset(&a->sigs, SIGTERM);
+    sigaddset(&a->sigs, SIGINT);
+    sigaddset(&a->sigs, SIGHUP);
+    sigaddset(&a->sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &a->sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     char err[512];
-    if (log_open(o0->log, (enum log_level)o0->log_level, err, sizeof err)) {
+    if (log_open(o->log, (enum log_level)o->log_level, err, sizeof err)) {
         fprintf(stderr, "mtproxy: %s\n", err);
         return EXIT_CONFIG;
     }
+    a->log_opened = 1;
     /* One mtproxy per state file: the lock is held for the life of the process. */
-    int lock_fd = state_lock(o0->state_file, err, sizeof err);
-    if (lock_fd < 0) {
+    if ((a->lock_fd = state_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
         return EXIT_CONFIG;
     }
-    g->state_secret = !o0->nsecrets;
-    if (ensure_secret(o0, err, sizeof err)) {
-        log_error("%s", err);
-        return EXIT_CONFIG;
-    }
-    int nworkers = o0->workers;
-    if (nworkers <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        nworkers = n > 0 ? (int)(n > 256 ? 256 : n) : 1;
-    }
-    fit_fd_limit(o0, nworkers, me);
-
-    /* The users registry: one id per secret name, per-user counters per worker; the quota
-     * used so far comes from the state file. */
-    static struct users users;
-    if (users_init(&users, nworkers) || users_state_load(&users, o0->state_file, err,
-                                                          sizeof err)) {
-        log_error("%s", users.stats ? err : "out of memory for the users table");
-        return EXIT_CONFIG;
-    }
-    rl.users = &users;
-    g->users = &users;
-    if (gen_map_users(g)) {
-        log_error("out of memory for %d users", o0->nsecrets);
-        return 1;
-    }
-    reload_commit(&rl, g);
-    struct options *opt = o0;
-    struct replay *replay = NULL;
-    if (opt->replay_cache) {
-        /* The window covers a hello stamped at the edge of the future skew until it falls
-         * off the past skew; with tls-ignore-time the cache is FIFO only. */
-        struct replay_config rc = {.window = opt->tls_ignore_time ? 0
-                                                                  : 2 * (opt->tls_time_skew_ms / 1000)};
-        rc.max_entries = opt->replay_cache / 36 + 1;
-        while (rc.max_entries > 1 && replay_memory_for(&rc) > opt->replay_cache)
-            rc.max_entries -= rc.max_entries / 16 + 1;
-        if (!(replay = replay_new(&rc))) {
-            log_error("cannot allocate the replay cache (%zu bytes)", opt->replay_cache);
-            return 1;
-        }
-        log_info("replay cache: %zu entries, %zu bytes, window %u s", rc.max_entries,
-                 replay_memory_for(&rc), rc.window);
-    }
-
-    static struct tlslearn learn;
-    if (tlslearn_init(&learn, opt, err, sizeof err)) {
-        log_error("%s", err);
-        return EXIT_CONFIG;
-    }
-    struct worker *ws = calloc((size_t)nworkers, sizeof *ws);
-    struct proxy_worker *pws = calloc((size_t)nworkers, sizeof *pws);
-    if (!ws || !pws)
-        return 1;
-    for (int i = 0; i < nworkers; i++) {
-        if (worker_init(&ws[i], i, NULL, NULL, NULL, NULL) ||
-            proxy_worker_init(&pws[i], &ws[i], g, &users, replay, nworkers)) {
-            log_error("cannot set up worker %d", i);
-            return 1;
-        }
-        if (me && middle_init(&pws[i], me)) {
-            log_error("cannot set up middle-proxy mode in worker %d", i);
-            return 1;
-        }
-        pws[i].learn = &learn;
-        for (int l = 0; l < opt->nlisten; l++) {
-            int fd = sock_listen(&opt->listen[l], opt->backlog, 1, &pws[i].sockopts, err,
-                                 sizeof err);
-            if (fd < 0) {
-                log_error("%s", err);
-                return 1;
-            }
-            int mss = opt->client_mss;
-            if (mss && setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss) != 0) {
-                log_error("client-mss %d: %s", mss, strerror(errno));
-                return 1;
-            }
-            worker_add_listener(&ws[i], fd);
-        }
-    }
-    for (int l = 0; l < opt->nlisten; l++) {
-        char a[SOCK_ADDR_STRLEN];
-        sock_addr_format(&opt->listen[l], a, sizeof a);
-        log_info("listening on %s (%d worker%s)", a, nworkers, nworkers == 1 ? "" : "s");
-    }
-    /* The metrics server: one SO_REUSEPORT listener per worker, served in its loop. */
-    static struct metrics_shared mshared;
-    struct metrics_worker *mws = NULL;
-    if (opt->metrics_on) {
-        metrics_shared_init(&mshared, opt, pws, ws, nworkers, replay);
-        mws = calloc((size_t)nworkers, sizeof *mws);
-        if (!mws)
-            return 1;
-        mshared.mws = mws;
-        for (int i = 0; i < nworkers; i++) {
-            int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
-            if (fd < 0) {
-                log_error("metrics: %s", err);
-                return 1;
-            }
-            if (metrics_worker_start(&mws[i], &mshared, &ws[i], fd)) {
-                log_error("metrics: out of memory");
-                return 1;
-            }
-        }
-        char a[SOCK_ADDR_STRLEN];
-        sock_addr_format(&opt->metrics_addr, a, sizeof a);
-        log_info("metrics on http://%s/ (/metrics, /stats)%s", a,
-                 opt->metrics_token[0] ? ", token required"
-                 : mshared.loopback ? "" : "; no metrics-token: the page shows no links");
-    }
-    log_acl(&g->acl);
-    uid_t run_uid = (uid_t)-1;
-    if (opt->user[0]) {
-        struct passwd *upw = getpwnam(opt->user);
-        if (!upw) {
-            log_error("user '%s' does not exist", opt->user);
+    if (a->start.secret_drawn) {
+        if (options_save_state(&o->secrets[0], o->state_file, err, sizeof err)) {
+            log_error("%s", err);
             return EXIT_CONFIG;
         }
-        run_uid = upw->pw_uid;
+        log_info("no secret configured: generated one and saved it in %s", o->state_file);
     }
-    print_links(opt, run_uid);
+    /* RLIMIT_NOFILE raised to its hard limit, which the build fitted max-connections to. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (!a->start.fds.fits)
+        log_warn("max-connections %d needs %lld file descriptors but RLIMIT_NOFILE is %llu: "
+                 "using max-connections %d",
+                 a->start.max_connections, a->start.fds.need, a->start.fds.limit,
+                 o->max_connections);
+    reload_commit(&a->rl, a->g);
+    int rc = app_replay(a);
+    if (rc != APP_ON)
+        return rc;
+    if (tlslearn_init(&a->learn, o, err, sizeof err)) {
+        log_error("%s", err);
+        return EXIT_CONFIG;
+    }
+    return APP_ON;
+}
 
+/* The metrics server: one SO_REUSEPORT listener per worker, served in its loop. */
+static int app_metrics(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    char err[512];
+    metrics_shared_init(&a->mshared, opt, a->pws, a->ws, a->nworkers, a->replay);
+    if (!(a->mws = calloc((size_t)a->nworkers, sizeof *a->mws)))
+        return 1;
+    a->mshared.mws = a->mws;
+    for (int i = 0; i < a->nworkers; i++) {
+        int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
+        if (fd < 0) {
+            log_error("metrics: %s", err);
+            return 1;
+        }
+        if (metrics_worker_start(&a->mws[i], &a->mshared, &a->ws[i], fd)) {
+            log_error("metrics: out of memory");
+            return 1;
+        }
+    }
+    char s[SOCK_ADDR_STRLEN];
+    sock_addr_format(&opt->metrics_addr, s, sizeof s);
+    log_info("metrics on http://%s/ (/metrics, /stats)%s", s,
+             opt->metrics_token[0] ? ", token required"
+             : a->mshared.loopback ? "" : "; no metrics-token: the page shows no links");
+    return APP_ON;
+}
+
+/* Worker i: its loop, its proxy state (and middle mode's links), its listeners. */
+static int app_worker(struct app *a, int i)
+{
+    const struct options *opt = &a->g->opt;
+    char err[512];
+    if (worker_init(&a->ws[i], i, NULL, NULL, NULL, NULL) ||
+        proxy_worker_init(&a->pws[i], &a->ws[i], a->g, &a->users, a->replay, a->nworkers)) {
+        log_error("cannot set up worker %d", i);
+        return 1;
+    }
+    if (a->g->me && middle_init(&a->pws[i])) {
+        log_error("cannot set up middle-proxy mode in worker %d", i);
+        return 1;
+    }
+    a->pws[i].learn = &a->learn;
+    for (int l = 0; l < opt->nlisten; l++) {
+        int fd = sock_listen(&opt->listen[l], opt->backlog, 1, &a->pws[i].sockopts, err,
+                             sizeof err);
+        if (fd < 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        int mss = opt->client_mss;
+        if (mss && setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss) != 0) {
+            log_error("client-mss %d: %s", mss, strerror(errno));
+            return 1;
+        }
+        worker_add_listener(&a->ws[i], fd);
+    }
+    return APP_ON;
+}
+
+/* The workers, set up (their threads start after detaching), and the metrics server. */
+static int app_workers(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    a->nworkers = a->start.nworkers;
+    a->ws = calloc((size_t)a->nworkers, sizeof *a->ws);
+    a->pws = calloc((size_t)a->nworkers, sizeof *a->pws);
+    if (!a->ws || !a->pws)
+        return 1;
+    for (int i = 0; i < a->nworkers; i++) {
+        int rc = app_worker(a, i);
+        if (rc != APP_ON)
+            return rc;
+    }
+    for (int l = 0; l < opt->nlisten; l++) {
+        char s[SOCK_ADDR_STRLEN];
+        sock_addr_format(&opt->listen[l], s, sizeof s);
+        log_info("listening on %s (%d worker%s)", s, a->nworkers, a->nworkers == 1 ? "" : "s");
+    }
+    int rc = opt->metrics_on ? app_metrics(a) : APP_ON;
+    if (rc == APP_ON)
+        log_acl(&a->g->acl);
+    return rc;
+}
+
+/* The links shown, then daemonize, the pidfile and the switch to `user`. */
+static int app_detach(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    print_links(opt, a->user.uid);
     if (opt->daemonize) {
         if (daemon(1, 0) != 0) {
             log_error("daemonize: %s", strerror(errno));
             return 1;
         }
         /* The loops (their epoll and eventfd descriptors) were made before the fork. */
-        for (int i = 0; i < nworkers; i++)
-            ev_loop_fork(ws[i].loop);
+        for (int i = 0; i < a->nworkers; i++)
+            ev_loop_fork(a->ws[i].loop);
     }
-    char pidfile[OPT_PATH_MAX];
-    snprintf(pidfile, sizeof pidfile, "%s", opt->pidfile);
-    if (pidfile[0] && write_pidfile(pidfile, run_uid))
+    snprintf(a->pidfile, sizeof a->pidfile, "%s", opt->pidfile);
+    if (a->pidfile[0] && write_pidfile(a->pidfile, a->user.uid))
         return 1;
-    if (opt->user[0] && drop_privileges(opt->user))
+    if (opt->user[0] && drop_privileges(&a->user))
         return 1;
+    return APP_ON;
+}
 
-    tlslearn_start(&learn, ws[0].loop); /* worker 0's loop learns the site's TLS profile */
+/* The threads: worker 0's loop also learns the site's TLS profile. */
+static int app_start(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    tlslearn_start(&a->learn, a->ws[0].loop);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int i = 0; i < nworkers; i++) {
+    for (int i = 0; i < a->nworkers; i++) {
         if (ncpu > 1) /* one CPU: spinning would only delay whoever sends the reply */
-            worker_set_busy_poll(&ws[i], (unsigned)opt->busy_poll_us);
-        int rc = worker_start(&ws[i]);
+            worker_set_busy_poll(&a->ws[i], (unsigned)opt->busy_poll_us);
+        int rc = worker_start(&a->ws[i]);
         if (rc) {
             log_error("cannot start worker %d: %s", i, strerror(rc));
             return 1;
         }
+        a->nstarted++;
     }
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
-
     /* What the state file holds now: it is rewritten only when that changes (after dropping
      * privileges, only a quota makes it change; see startup_checks). */
-    struct state_saver saver = {.users = &users};
+    a->saver.users = &a->users;
     size_t last_cap = 0;
-    users_state_format(&users, &saver.last, &last_cap);
+    users_state_format(&a->users, &a->saver.last, &last_cap);
+    return APP_ON;
+}
+
+/* SIGHUP: the log reopened; the new generation built (with middle mode's ME files) and handed
+ * to the workers if it is good, or every error logged and the running one kept. */
+static void app_reload(struct app *a)
+{
+    char err[512];
+    if (log_reopen(err, sizeof err)) {
+        /* Not to the rotated file only: an operator must see it where they look. */
+        fprintf(stderr, "mtproxy: SIGHUP: %s\n", err);
+        syslog(LOG_ERR, "mtproxy: SIGHUP: %s", err);
+        log_error("SIGHUP: %s", err);
+    } else {
+        log_info("SIGHUP: log reopened");
+    }
+    struct gen *cur = a->g;
+    memset(&a->errs, 0, sizeof a->errs);
+    struct gen *g = reload_build(&a->rl, cur, &a->errs);
+    if (!g) {
+        int shown = a->errs.count < CONFIG_MAX_ERRORS ? a->errs.count : CONFIG_MAX_ERRORS;
+        for (int i = 0; i < shown; i++)
+            log_error("SIGHUP: %s", a->errs.msg[i]);
+        log_error("SIGHUP: configuration rejected (%d error%s): the running one is kept",
+                  a->errs.count, a->errs.count == 1 ? "" : "s");
+        return;
+    }
+    if (a->rl.nrestart)
+        log_warn("SIGHUP: %s changed: %s only after a restart (the running value stays)",
+                 a->rl.restart_keys, a->rl.nrestart == 1 ? "it takes effect" : "they take effect");
+    uint32_t removed = reload_removed_users(cur, g);
+    log_set_level((enum log_level)g->opt.log_level);
+    reload_commit(&a->rl, g);
+    for (int i = 0; i < a->nworkers; i++)
+        proxy_worker_post_gen(&a->pws[i], g);
+    log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
+             "closed), %d dc line%s; live connections keep their settings",
+             (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
+             removed, g->opt.ndcs, g->opt.ndcs == 1 ? "" : "s");
+    log_acl(&g->acl);
+    gen_unref(cur);
+    a->g = g;
+    print_links(&g->opt, a->user.uid);
+    state_save(&a->saver, g, 0);
+    if (a->rl.me_err[0])
+        log_error("SIGHUP: middle-proxy files not reloaded, keeping the current ones: %s",
+                  a->rl.me_err);
+    else if (g->me)
+        log_info("SIGHUP: middle-proxy files reloaded: %d ME address%s", g->me->naddrs,
+                 g->me->naddrs == 1 ? "" : "es");
+}
+
+/* Until SIGTERM or SIGINT: SIGHUP reloads, SIGUSR1 logs the counters, and every few seconds
+ * the quota used goes to the state file. */
+static int app_run(struct app *a)
+{
     for (;;) {
-        int sig = 0;
-        /* Woken every few seconds to keep the quota used in the state file. */
         struct timespec ts = {STATE_SAVE_SECONDS, 0};
-        sig = sigtimedwait(&set, NULL, &ts);
+        int sig = sigtimedwait(&a->sigs, NULL, &ts);
         if (sig < 0) {
-            state_save(&saver, g, 0);
-            continue;
-        }
-        if (sig == SIGHUP) {
-            if (log_reopen(err, sizeof err)) {
-                /* Not to the rotated file only: an operator must see it where they look. */
-                fprintf(stderr, "mtproxy: SIGHUP: %s\n", err);
-                syslog(LOG_ERR, "mtproxy: SIGHUP: %s", err);
-                log_error("SIGHUP: %s", err);
-            } else {
-                log_info("SIGHUP: log reopened");
-            }
-            struct gen *ng = reload(&rl, g, pws, nworkers);
-            if (ng) {
-                g = main_gen = ng;
-                print_links(&g->opt, run_uid);
-                state_save(&saver, g, 0);
-            }
-            /* Middle mode's files, from the paths now in force (ad-tag itself needs a
-             * restart to switch modes). */
-            if (me)
-                me = reload_middle(&g->opt, pws, nworkers, me);
+            state_save(&a->saver, a->g, 0);
+        } else if (sig == SIGHUP) {
+            app_reload(a);
         } else if (sig == SIGUSR1) {
-            log_stats(pws, ws, nworkers);
+            log_stats(a->pws, a->ws, a->nworkers);
         } else {
             log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-            break;
+            a->ran = 1;
+            return 0;
         }
     }
-    for (int i = 0; i < nworkers; i++)
-        worker_request_stop(&ws[i]);
-    for (int i = 0; i < nworkers; i++) {
-        worker_join(&ws[i]);
-        proxy_worker_destroy(&pws[i]);
-        if (mws)
-            metrics_worker_destroy(&mws[i]);
+}
+
+/* After a run: the workers stopped and joined, the last counters and state written, the
+ * pidfile removed. On every path: what the process holds freed (an early exit leaves workers
+ * that were set up but never stopped to the exit). */
+static void app_stop(struct app *a)
+{
+    if (a->ran) {
+        for (int i = 0; i < a->nworkers; i++)
+            worker_request_stop(&a->ws[i]);
+        for (int i = 0; i < a->nworkers; i++) {
+            worker_join(&a->ws[i]);
+            proxy_worker_destroy(&a->pws[i]);
+            if (a->mws)
+                metrics_worker_destroy(&a->mws[i]);
+        }
+        log_stats(a->pws, a->ws, a->nworkers);
+        state_save(&a->saver, a->g, 1);
+        if (a->pidfile[0])
+            remove_pidfile(a->pidfile);
+        log_info("stopped");
     }
-    log_stats(pws, ws, nworkers);
-    state_save(&saver, g, 1);
-    if (pidfile[0])
-        remove_pidfile(pidfile);
-    log_info("stopped");
-    free(mws);
-    free(ws);
-    free(pws);
-    replay_free(replay);
-    middle_table_put(me);
-    gen_unref(g);
-    main_gen = NULL;
-    users_destroy(&users);
-    free(saver.last);
-    close(lock_fd);
-    log_close();
-    return 0;
+    if (a->ran || !a->nstarted) { /* no thread still uses them */
+        free(a->mws);
+        free(a->ws);
+        free(a->pws);
+        replay_free(a->replay);
+        gen_unref(a->g);
+        users_destroy(&a->users);
+    }
+    free(a->saver.last);
+    free(a->args);
+    if (a->lock_fd >= 0)
+        close(a->lock_fd);
+    if (a->log_opened)
+        log_close();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
+        return generate_secret(argc - 2, argv + 2);
+    struct app *a = calloc(1, sizeof *a);
+    if (!a)
+        return 1;
+    a->lock_fd = -1;
+    /* The phases in order; each goes on (APP_ON) or ends the process with an exit code. */
+    static int (*const phases[])(struct app *) = {
+        app_configure, app_check, app_preflight, app_workers, app_detach, app_start, app_run,
+    };
+    int rc = app_args(a, argc, argv);
+    for (size_t i = 0; rc == APP_ON && i < sizeof phases / sizeof phases[0]; i++)
+        rc = phases[i](a);
+    app_stop(a);
+    free(a);
+    return rc;
 }

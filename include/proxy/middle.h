@@ -15,9 +15,9 @@
 struct conn;
 struct proxy_worker;
 
-/* The MEs and the proxy secret, built from proxy-config-file and proxy-secret-file by main and
- * shared read-only by the workers (reference counted: a reload hands out a new one while
- * links of the old one finish their clients). */
+/* The MEs and the proxy secret, built from proxy-config-file and proxy-secret-file with each
+ * config generation (struct gen's me) and shared read-only by the workers (reference counted:
+ * a reload hands out a new one while links of the old one finish their clients). */
 struct me_table {
     _Atomic int refs;
     uint8_t secret[RPC_SECRET_MAX];
@@ -35,29 +35,27 @@ struct me_table {
  * ("file:line: message" for a bad config line, "file: message" otherwise). */
 struct me_table *middle_table_load(const struct options *o, char *err, size_t errlen);
 
+/* Takes one more reference (NULL is fine). Returns t. */
+struct me_table *middle_table_get(struct me_table *t);
+
 /* Drops one reference (NULL is fine). */
 void middle_table_put(struct me_table *t);
 
-/* Worker command bit for middle_reload (worker_post). */
-#define MIDDLE_CMD_RELOAD 0x100
+/* In the worker's setup (before its thread runs, after proxy_worker_init): middle-proxy state
+ * for pw with its generation's table (takes its own reference) and the links to every ME
+ * (me-pool each), started once the loop runs. Returns 0, or -1. */
+int middle_init(struct proxy_worker *pw);
 
-/* In the worker's setup (before its thread runs): middle-proxy state for pw with table t (takes
- * its own reference) and the links to every ME (me-pool each), started once the loop runs.
- * Returns 0, or -1. */
-int middle_init(struct proxy_worker *pw, struct me_table *t);
-
-/* In the worker thread, from the proxy's command handler: takes a table posted by
- * middle_reload (cmd has MIDDLE_CMD_RELOAD). */
-void middle_on_cmd(struct worker *w, int cmd);
+/* In the worker thread, when pw adopts generation g after old (gen_adopt): if g has another
+ * ME table, new clients go to links of it (started now) and old links close once their
+ * clients are gone. Nothing before middle_init or in direct mode. */
+struct gen;
+void middle_adopt(struct proxy_worker *pw, const struct gen *g, const struct gen *old);
 /* In the worker thread at stop (after its connections closed): closes every link. */
 void middle_stop(struct proxy_worker *pw);
 
 /* After the loop ended: frees the state. */
 void middle_destroy(struct proxy_worker *pw);
-
-/* From main (SIGHUP): hands table t to each of the n workers (each takes a reference) and wakes
- * them; new clients go to links of t, old links close once their clients are gone. */
-void middle_reload(struct proxy_worker *pws, int n, struct me_table *t);
 
 /* The connection machine's hooks. middle_attach: c's obfuscated2 header is done (client
  * streams keyed); extra[0..n) are client bytes that came with it, still encrypted. Attaches c to

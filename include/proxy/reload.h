@@ -10,30 +10,24 @@
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
 #include "proxy/options.h"
+#include "proxy/preflight.h"
 #include "proto/faketls.h"
 #include "proxy/users.h"
 
 /*
  * A generation is everything the workers take from the config: the options and the tables
  * derived from them (users and their limits, DC table, fronting targets, access list with its
- * files read), plus whatever reload hooks add. It is built and checked whole on the main
- * thread (reload_build); if anything is wrong it is thrown away with every error logged as
- * file:line and the running generation stays. A good one is handed to every worker
- * (proxy_worker_post_gen, through worker_post): new connections use it, a live connection
- * keeps the generation it started with (it holds a reference) until it ends, except that the
- * connections of a user the new generation no longer has are closed. The last reference
- * frees a generation (in whichever thread drops it).
- *
- * Hooks: a module with its own reloadable state (middle-proxy's proxy-config, a TLS profile)
- * registers a struct reload_hook once at start with reload_hook_add; on every build its
- * build() runs after the core tables (it can fail the whole generation), its adopt() runs on
- * each worker thread when that worker switches, its free() when the generation goes.
+ * files read, in middle mode the ME table). It is built and checked whole on the main thread
+ * (reload_build); if anything is wrong it is thrown away with every error logged as file:line
+ * and the running generation stays. Once built it is never changed. A good one is handed to
+ * every worker (proxy_worker_post_gen, through worker_post): new connections use it, a live
+ * connection keeps the generation it started with (it holds a reference) until it ends,
+ * except that the connections of a user the new generation no longer has are closed. A worker
+ * that adopts a generation with another ME table starts links to it (middle_adopt). The last
+ * reference frees a generation (in whichever thread drops it).
  */
 
-#define RELOAD_MAX_HOOKS 8
-
-struct proxy_worker;
-struct reload;
+struct me_table;
 
 struct gen {
     _Atomic int refs;
@@ -42,6 +36,9 @@ struct gen {
     struct dc_table dcs;
     struct mask_table masks;
     struct acl acl;
+    struct me_table *me;            /* middle mode: the MEs and proxy secret (one reference;
+                                     * the previous generation's when its files did not load
+                                     * on a reload); NULL in direct mode */
     struct users *users;            /* the process's registry (not owned) */
     uint32_t *uid;                  /* per secret index: its user's id */
     const struct user_limit **lim;  /* per secret index: its limit line, or NULL */
@@ -49,45 +46,48 @@ struct gen {
     struct faketls_sni_index sni;   /* the ee secrets by domain (tls-sni-check) */
     uint32_t nusers;
     int state_secret;               /* the secret is the generated one from state-file */
-    const struct reload *r;
-    void *hook_data[RELOAD_MAX_HOOKS];
 };
 
-struct reload_hook {
-    const char *name;
-    /* Main thread. Builds this module's part of g (from g->opt) into *data. old is the
-     * running generation (NULL at start). Adds errors to e (as "file:line: message" where a
-     * line is known). Returns 0, or -1 to reject the generation. */
-    int (*build)(struct gen *g, const struct gen *old, void **data, struct config_errors *e);
-    /* Worker thread, when that worker switches from old (NULL at start) to g. May be NULL. */
-    void (*adopt)(struct proxy_worker *pw, struct gen *g, void *data, const struct gen *old);
-    /* Any thread, when g is freed (also when a build failed after build() succeeded). */
-    void (*free)(void *data);
+/* Start-up's part of the first build (reload_build with reload.start set and no old
+ * generation), folded in before the generation is checked: the worker count; with no secret
+ * configured the one in state-file (read only), or a new one drawn; max-connections lowered to
+ * the file-descriptor limit; the users registry set up (reload.users, quota used read from
+ * state-file). What it decided, for main to act on (save the drawn secret, raise the soft
+ * limit, say what was lowered): */
+struct reload_start {
+    int nworkers;
+    int secret_drawn;          /* the secret is new: main saves it in state-file */
+    int max_connections;       /* as configured (the generation holds the fitted value) */
+    struct preflight_fds fds;  /* the budget of the configured max-connections */
 };
 
-/* The reload state main owns: where the config comes from, the hooks, the user registry. */
+/* The reload state main owns: where the config comes from, the user registry. */
 struct reload {
-    const struct reload_hook *hooks[RELOAD_MAX_HOOKS];
-    int nhooks;
     struct users *users;
     const char *config_path; /* NULL: command line only */
     int argc;
     char **argv;             /* `--key value` arguments; they override the file on reload too */
     uint64_t serial;
+    struct reload_start *start; /* set for the proxy's first build (see struct reload_start) */
+    int tool;                /* links, doctor: ME files that do not load leave g->me NULL */
+    char me_err[CONFIG_ERR_LEN]; /* the last build's ME files did not load (reload, tool):
+                                  * why ("" if they did or are not used) */
+    int nrestart;            /* the last reload's changed keys that need a restart: how many, */
+    char restart_keys[512];  /* and their names (reload_restart_keys) */
 };
 
 void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,
                  char **argv);
 
-/* Registers a hook (before the first reload_build). Returns its slot in gen.hook_data, or -1
- * if RELOAD_MAX_HOOKS are registered. */
-int reload_hook_add(struct reload *r, const struct reload_hook *h);
-
 /* Reads the config file and arguments again and builds a generation: options validated,
- * socks5/replay-store resolved, access list (files reread), fronting targets, DC table, then
- * the hooks; with no secret configured, the one in state-file is used (read only). Users are
- * mapped (gen_map_users) unless the build found no secret. Every error goes to errs. Returns
- * the generation (one reference, serial not yet assigned: see reload_commit), or NULL. */
+ * socks5/replay-store resolved, access list (files reread), fronting targets, DC table, in
+ * middle mode (the running one's on a reload: ad-tag needs a restart) the ME table from its
+ * files, then start-up's part (r->start). On a reload, a generated secret stays, and ME files
+ * that do not load keep old's table (why: r->me_err), and keys that need a restart keep old's
+ * values (r->nrestart, r->restart_keys); at start ME files that do not load are an error. Users are
+ * mapped (gen_map_users) unless the build found no secret or r has no registry. Every error
+ * goes to errs. Returns the generation (one reference, serial not yet assigned: see
+ * reload_commit), or NULL. */
 struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs);
 
 /* Gives g the next serial (call once g is accepted). */
@@ -98,7 +98,7 @@ void reload_commit(struct reload *r, struct gen *g);
 int gen_map_users(struct gen *g);
 
 void gen_ref(struct gen *g);
-/* Drops a reference; the last one frees g (hooks' free, tables, options). */
+/* Drops a reference; the last one frees g (tables, ME table reference, options). */
 void gen_unref(struct gen *g);
 
 /* Writes the keys whose change needs a restart (listen, workers, user, ...) that differ

@@ -1554,10 +1554,7 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
                 conn_close(c, CR_USER_REMOVED);
         }
     }
-    const struct reload *r = g->r;
-    for (int i = 0; r && i < r->nhooks; i++)
-        if (r->hooks[i]->adopt)
-            r->hooks[i]->adopt(pw, g, g->hook_data[i], old);
+    middle_adopt(pw, g, old); /* another ME table: links to it, the old ones drain */
     gen_unref(old);
 }
 
@@ -1569,8 +1566,6 @@ static void proxy_on_cmd(struct worker *w, int cmd)
         if (g)
             gen_adopt(pw, g);
     }
-    if (cmd & MIDDLE_CMD_RELOAD) /* one handler per worker: middle mode's reload goes through it */
-        middle_on_cmd(w, cmd);
 }
 
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)

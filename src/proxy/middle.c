@@ -92,7 +92,6 @@ struct mclient {
 struct middle {
     struct proxy_worker *pw;
     struct me_table *cur;
-    _Atomic(struct me_table *) next_table; /* posted by main, taken by the worker */
     struct me_link *links;
     struct mclient **hash;
     size_t hmask;
@@ -195,6 +194,13 @@ void middle_table_put(struct me_table *t)
 {
     if (t && atomic_fetch_sub(&t->refs, 1) == 1)
         free(t);
+}
+
+struct me_table *middle_table_get(struct me_table *t)
+{
+    if (t)
+        atomic_fetch_add(&t->refs, 1);
+    return t;
 }
 
 static struct me_table *table_get(struct me_table *t)
@@ -1039,14 +1045,10 @@ static int links_add(struct middle *m, struct me_table *t)
 
 /* --- worker setup and reload --------------------------------------------------------------- */
 
-void middle_on_cmd(struct worker *w, int cmd)
+void middle_adopt(struct proxy_worker *pw, const struct gen *g, const struct gen *old)
 {
-    struct proxy_worker *pw = w->ctx;
     struct middle *m = pw->middle;
-    if (!m || !(cmd & MIDDLE_CMD_RELOAD))
-        return;
-    struct me_table *t = atomic_exchange(&m->next_table, NULL);
-    if (!t)
+    if (!m || !old || !g->me || g->me == m->cur)
         return;
     /* old links take no new clients and go once empty; new ones start now */
     for (struct me_link *l = m->links, *next; l; l = next) {
@@ -1056,15 +1058,16 @@ void middle_on_cmd(struct worker *w, int cmd)
             link_free(l);
     }
     middle_table_put(m->cur);
-    m->cur = t;
-    if (links_add(m, t))
-        log_error("w%d: out of memory adding ME links", w->id);
-    log_info("w%d: ME table reloaded: %d ME address%s", w->id, t->naddrs,
-             t->naddrs == 1 ? "" : "es");
+    m->cur = table_get(g->me);
+    if (links_add(m, m->cur))
+        log_error("w%d: out of memory adding ME links", pw->w->id);
+    log_info("w%d: ME table reloaded: %d ME address%s", pw->w->id, m->cur->naddrs,
+             m->cur->naddrs == 1 ? "" : "es");
 }
 
-int middle_init(struct proxy_worker *pw, struct me_table *t)
+int middle_init(struct proxy_worker *pw)
 {
+    struct me_table *t = pw->gen->me;
     struct middle *m = calloc(1, sizeof *m);
     if (!m)
         return -1;
@@ -1103,21 +1106,10 @@ void middle_destroy(struct proxy_worker *pw)
     while (m->links)
         link_free(m->links); /* only if the loop never ran its stop */
     middle_table_put(m->cur);
-    middle_table_put(atomic_exchange(&m->next_table, NULL));
     free(m->hash);
     free(m->tmp);
     free(m);
     pw->middle = NULL;
-}
-
-void middle_reload(struct proxy_worker *pws, int n, struct me_table *t)
-{
-    for (int i = 0; i < n; i++) {
-        if (!pws[i].middle)
-            continue;
-        middle_table_put(atomic_exchange(&pws[i].middle->next_table, table_get(t)));
-        worker_post(pws[i].w, MIDDLE_CMD_RELOAD);
-    }
 }
 
 /* --- clients ------------------------------------------------------------------------------- */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxy/middle.h"
+
 void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,
                  char **argv)
 {
@@ -15,20 +17,9 @@ void reload_init(struct reload *r, struct users *users, const char *config_path,
     r->argv = argv;
 }
 
-int reload_hook_add(struct reload *r, const struct reload_hook *h)
-{
-    if (r->nhooks == RELOAD_MAX_HOOKS)
-        return -1;
-    r->hooks[r->nhooks] = h;
-    return r->nhooks++;
-}
-
 static void gen_free(struct gen *g)
 {
-    if (g->r)
-        for (int i = 0; i < g->r->nhooks; i++)
-            if (g->hook_data[i] && g->r->hooks[i]->free)
-                g->r->hooks[i]->free(g->hook_data[i]);
+    middle_table_put(g->me);
     acl_free(&g->acl);
     faketls_sni_index_free(&g->sni);
     options_free(&g->opt);
@@ -98,6 +89,65 @@ int gen_map_users(struct gen *g)
     return faketls_sni_index_build(&g->sni, o->secrets, (size_t)o->nsecrets);
 }
 
+/* Middle mode's ME table, from the files named now; the mode is the running one's. */
+static void build_me(struct reload *r, struct gen *g, const struct gen *old,
+                     struct config_errors *errs)
+{
+    r->me_err[0] = 0;
+    if (errs->count || !(old ? old->opt.middle : g->opt.middle))
+        return;
+    char e[CONFIG_ERR_LEN];
+    if ((g->me = middle_table_load(&g->opt, e, sizeof e)))
+        return;
+    if (!old && !r->tool) {
+        add_error(errs, e);
+        return;
+    }
+    snprintf(r->me_err, sizeof r->me_err, "%s", e);
+    g->me = old ? middle_table_get(old->me) : NULL;
+}
+
+/* Start-up's part of the first build (struct reload_start). */
+static void build_start(struct reload *r, struct gen *g, struct config_errors *errs)
+{
+    struct reload_start *s = r->start;
+    struct options *o = &g->opt;
+    char e[CONFIG_ERR_LEN];
+    s->nworkers = preflight_workers(o);
+    s->secret_drawn = 0;
+    g->state_secret = !o->nsecrets;
+    int rc = o->nsecrets ? 1 : options_load_state(o, o->state_file, e, sizeof e);
+    if (rc < 0) {
+        add_error(errs, e);
+        return;
+    }
+    if (rc == 0) { /* no secret anywhere: a new one, saved by main once it holds the lock */
+        struct secret sec = {.kind = SECRET_PLAIN};
+        snprintf(sec.name, sizeof sec.name, "default");
+        if (preflight_draw_key(&sec)) {
+            add_error(errs, "no random source");
+            return;
+        }
+        if (options_add_secret(o, &sec, e, sizeof e)) {
+            add_error(errs, e);
+            return;
+        }
+        s->secret_drawn = 1;
+    }
+    s->max_connections = o->max_connections;
+    preflight_fds(o, s->nworkers, g->me, preflight_fd_limit(), &s->fds);
+    if (!s->fds.fits)
+        o->max_connections = s->fds.fit < 1 ? 1 : (int)s->fds.fit;
+    /* The users registry: one id per secret name, per-user counters per worker; the quota
+     * used so far comes from the state file. */
+    if (!r->users || users_init(r->users, s->nworkers)) {
+        add_error(errs, "out of memory for the users table");
+        return;
+    }
+    if (users_state_load(r->users, o->state_file, e, sizeof e))
+        add_error(errs, e);
+}
+
 struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs)
 {
     struct gen *g = calloc(1, sizeof *g);
@@ -136,13 +186,16 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
         add_error(errs, "no secret configured (a secret is generated only at start)");
     if (!errs->count)
         dc_table_build(&g->dcs, &g->opt);
+    r->nrestart = 0;
+    if (!errs->count && old) { /* keys that need a restart keep their running values */
+        r->nrestart = reload_restart_keys(old, g, r->restart_keys, sizeof r->restart_keys);
+        g->state_secret = old->state_secret && g->opt.nsecrets == old->opt.nsecrets;
+    }
+    build_me(r, g, old, errs);
+    if (!errs->count && r->start && !old)
+        build_start(r, g, errs);
     if (!errs->count && g->users && g->opt.nsecrets && gen_map_users(g))
         add_error(errs, "out of memory for the users table");
-    g->r = r;
-    for (int i = 0; i < r->nhooks && !errs->count; i++)
-        if (r->hooks[i]->build && r->hooks[i]->build(g, old, &g->hook_data[i], errs) &&
-            !errs->count)
-            add_error(errs, "reload hook failed");
     if (errs->count) {
         gen_unref(g);
         return NULL;

@@ -21,6 +21,7 @@
 #include "proxy/conn.h"
 #include "proxy/metrics.h"
 #include "proxy/middle.h"
+#include "proxy/preflight.h"
 #include "proxy/qr.h"
 #include "proxy/tlslearn.h"
 
@@ -105,33 +106,31 @@ static void check_clock(struct doc *d, const struct options *o)
     say(d, "OK", "clock", NULL, "synchronised");
 }
 
-static void check_fds(struct doc *d, const struct options *o)
+/* The descriptors the proxy would need (preflight_fds: what start-up fits max-connections
+ * to) against the hard limit. */
+static void check_fds(struct doc *d, const struct options *o, const struct me_table *me)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
         say(d, "WARN", "file limit", NULL, "cannot read RLIMIT_NOFILE: %s", strerror(errno));
         return;
     }
-    long n = o->workers > 0 ? o->workers : sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        n = 1;
-    long long reserve = n * (o->nlisten + 5 + 2LL * PROXY_PIPES_PER_WORKER +
-                             (o->metrics_on ? METRICS_FDS_PER_WORKER : 0)) + 32;
-    long long need = 2LL * o->max_connections + reserve;
-    if (rl.rlim_max == RLIM_INFINITY || (long long)rl.rlim_max >= need) {
+    struct preflight_fds b;
+    preflight_fds(o, preflight_workers(o), me, (unsigned long long)rl.rlim_max, &b);
+    long long need = b.need;
+    if (b.fits) {
         say(d, "OK", "file limit", NULL,
             "hard limit %llu fits max-connections %d (%lld descriptors needed)",
             (unsigned long long)rl.rlim_max, o->max_connections, need);
         return;
     }
-    long long fit = ((long long)rl.rlim_max - reserve) / 2;
     char fix[256];
     snprintf(fix, sizeof fix, "raise it to %lld: LimitNOFILE=%lld in the systemd unit, "
              "`ulimit -n %lld` before starting, or nofile in /etc/security/limits.conf; or "
              "lower max-connections", need, need, need);
-    say(d, fit < 256 ? "FAIL" : "WARN", "file limit", fix,
+    say(d, b.fit < 256 ? "FAIL" : "WARN", "file limit", fix,
         "hard limit %llu descriptors fits %lld of max-connections %d (each needs 2)",
-        (unsigned long long)rl.rlim_max, fit < 0 ? 0 : fit, o->max_connections);
+        (unsigned long long)rl.rlim_max, b.fit, o->max_connections);
 }
 
 static void check_port(struct doc *d, const char *what, const struct sock_addr *a)
@@ -374,8 +373,8 @@ static void check_tls_profile(struct doc *d, const struct options *o)
     say(d, "OK", "tls-profile", NULL, "%s", text);
 }
 
-int tools_doctor(const struct options *o, const struct config_errors *errors, int offline,
-                 FILE *f)
+int tools_doctor(const struct options *o, const struct me_table *me,
+                 const struct config_errors *errors, int offline, FILE *f)
 {
     struct doc d = {.f = f};
     if (!o) { /* the config could not be built: its errors are all there is to say */
@@ -395,7 +394,7 @@ int tools_doctor(const struct options *o, const struct config_errors *errors, in
             o->nlisten == 1 ? "" : "es", o->nsecrets, o->nsecrets == 1 ? "" : "s");
     }
     check_clock(&d, o);
-    check_fds(&d, o);
+    check_fds(&d, o, me);
     for (int i = 0; i < o->nlisten; i++)
         check_port(&d, "listen", &o->listen[i]);
     if (o->metrics_on) {

@@ -1,14 +1,18 @@
-"""test_tools.py: self-checks of fake_dc and test_client talking directly (no proxy involved)."""
+"""test_tools.py: self-checks of fake_dc and test_client talking directly (no proxy involved), and
+that `mtproxy doctor` reports the descriptor budget the proxy itself fits to."""
 import json
 import os
 import re
+import resource
+import signal
+import subprocess
 import time
 
 import pytest
 
 import harness
 import tgprobe
-from harness import assert_ok
+from harness import assert_ok, free_ports, mtproxy_argv, new_secret, T
 
 
 @pytest.fixture
@@ -110,3 +114,46 @@ def test_telethon_direct_to_fake_dc(procs, dc, tag):
     m = dc.wait_line(r"^REQ_PQ_MULTI listener=7 tag=(\w+) dc=(-?\d+) nonce=([0-9a-f]+)$", 5)
     assert m and m.group(1) == tag and m.group(3) == tgprobe.nonce_hex(nonce), json.dumps(
         dc.lines[-5:])
+
+
+def test_doctor_counts_what_the_proxy_needs(bins, tmp_path):
+    """doctor's file-limit figure is the proxy's own (one budget, proxy/preflight.c): with a
+    hard limit too low, doctor's `raise it to N` is the N the proxy says max-connections needs
+    (dc-pool sockets counted: 4 per worker for the one DC id here)."""
+    port, dc_port = free_ports(2)
+    args = ["--listen", f"127.0.0.1:{port}", "--secret", f"a:{new_secret()}",
+            "--dc-builtin", "off", "--dc", f"2 127.0.0.1:{dc_port}", "--dc-pool", "4",
+            "--workers", "1", "--max-connections", "1000", "--mask", "off",
+            "--tls-profile", "off", "--public-host", "127.0.0.1",
+            "--state-file", str(tmp_path / "fds.state")]
+
+    def low_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (600, 600))
+
+    doc = subprocess.run(mtproxy_argv(bins, "doctor", "--offline", *args), capture_output=True,
+                         timeout=T(60), preexec_fn=low_fds)
+    out = doc.stdout.decode()
+    m = re.search(r"fix: raise it to (\d+): LimitNOFILE", out)
+    assert m, out
+    doctor_need = int(m.group(1))
+    p = subprocess.Popen(mtproxy_argv(bins, *args), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, preexec_fn=low_fds)
+    lines = []
+    try:
+        for raw in p.stderr:
+            lines.append(raw.decode(errors="replace").rstrip("\n"))
+            if re.search(r" started, pid ", lines[-1]):
+                break
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, rest = p.communicate(timeout=T(15))
+    lines += rest.decode(errors="replace").splitlines()
+    assert p.returncode == 0, "\n".join(lines)
+    text = "\n".join(lines)
+    m = re.search(r"max-connections 1000 needs (\d+) file descriptors but RLIMIT_NOFILE is 600: "
+                  r"using max-connections (\d+)", text)
+    assert m, text
+    assert int(m.group(1)) == doctor_need, (out, text)
+    # and that figure counts the pool: 2 per connection + per worker (listener, epoll, eventfd,
+    # accept spare, splice pipes) + slack + 4 pooled DC sockets
+    assert doctor_need > 2 * 1000 + 32 + 4

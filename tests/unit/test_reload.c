@@ -1,5 +1,7 @@
-/* test_reload.c: config generations: build, reject whole, hooks, restart keys, users mapping. */
+/* test_reload.c: config generations: build, reject whole, restart keys, users mapping, the ME table, start-up's part. */
 #include "proxy/reload.h"
+
+#include <stdatomic.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,48 +14,34 @@
 
 #include <cmocka.h>
 
-static char path[64];
+#include "proxy/middle.h"
+
+static char path[64], secret_path[64], me_path[64], state_path[64];
 static struct users U;
 static struct reload R;
-static int built, freed, fail_hook;
 
-static void write_conf(const char *text)
+static void write_file(const char *name, const char *text)
 {
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(name, "w");
     assert_non_null(f);
     fputs(text, f);
     fclose(f);
 }
 
-static int hook_build(struct gen *g, const struct gen *old, void **data, struct config_errors *e)
+static void write_conf(const char *text)
 {
-    built++;
-    if (fail_hook) {
-        snprintf(e->msg[e->count++], CONFIG_ERR_LEN, "%s:1: the hook says no", path);
-        return -1;
-    }
-    int *d = malloc(sizeof *d);
-    *d = g->opt.nsecrets;
-    *data = d;
-    return 0;
+    write_file(path, text);
 }
-
-static void hook_free(void *data)
-{
-    freed++;
-    free(data);
-}
-
-static const struct reload_hook hook = {.name = "test", .build = hook_build, .free = hook_free};
 
 static int setup(void **state)
 {
     (void)state;
     snprintf(path, sizeof path, "/tmp/test_reload.%d.conf", (int)getpid());
+    snprintf(secret_path, sizeof secret_path, "/tmp/test_reload.%d.secret", (int)getpid());
+    snprintf(me_path, sizeof me_path, "/tmp/test_reload.%d.me", (int)getpid());
+    snprintf(state_path, sizeof state_path, "/tmp/test_reload.%d.state", (int)getpid());
     assert_int_equal(users_init(&U, 2), 0);
     reload_init(&R, &U, path, 0, NULL);
-    assert_int_equal(reload_hook_add(&R, &hook), 0);
-    built = freed = fail_hook = 0;
     return 0;
 }
 
@@ -61,6 +49,9 @@ static int teardown(void **state)
 {
     (void)state;
     unlink(path);
+    unlink(secret_path);
+    unlink(me_path);
+    unlink(state_path);
     users_destroy(&U);
     return 0;
 }
@@ -84,7 +75,7 @@ static void test_generations(void **state)
     assert_int_equal(users_count(&U), 2);
     assert_null(g1->lim[0]);
     assert_int_equal(g1->lim[1]->conns, 2);
-    assert_int_equal(*(int *)g1->hook_data[0], 2);
+    assert_null(g1->me); /* direct mode */
 
     /* remove a, add c, change a restart key: b keeps its id */
     write_conf("listen = 127.0.0.1:9444\nmask = off\nsecret = b:" K2 "\nsecret = c:" K3 "\n");
@@ -94,45 +85,151 @@ static void test_generations(void **state)
     assert_int_equal(g2->uid[1], 2);
     assert_int_equal(reload_removed_users(g1, g2), 1);
     assert_true(g2->live[1] && g2->live[2] && !g2->live[0]);
-    char keys[256];
-    assert_int_equal(reload_restart_keys(g1, g2, keys, sizeof keys), 1);
-    assert_string_equal(keys, "listen");
+    /* the build put the running value back (the generation is not changed after it) */
+    assert_int_equal(R.nrestart, 1);
+    assert_string_equal(R.restart_keys, "listen");
     assert_int_equal(sock_addr_port(&g2->opt.listen[0]), 9443); /* the running value stays */
+    char keys[256];
+    assert_int_equal(reload_restart_keys(g1, g2, keys, sizeof keys), 0);
 
-    /* a broken file (and a hook that fails) is rejected whole, with file:line */
+    /* a broken file is rejected whole, with file:line */
     write_conf("listen = 127.0.0.1:9443\nsecret = d:zz\nworkers = 1\nworkers = 2\n");
     assert_null(reload_build(&R, g2, &e));
     assert_true(e.count >= 2);
     char want[96];
     snprintf(want, sizeof want, "%s:2: ", path);
     assert_non_null(strstr(e.msg[0], want));
-    memset(&e, 0, sizeof e);
-    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = b:" K2 "\n");
-    fail_hook = 1;
-    assert_null(reload_build(&R, g2, &e));
-    assert_non_null(strstr(e.msg[0], "the hook says no"));
     /* a limit for a user that does not exist */
     memset(&e, 0, sizeof e);
-    fail_hook = 0;
     write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = b:" K2 "\nlimit = zed conns=1\n");
     assert_null(reload_build(&R, g2, &e));
     assert_non_null(strstr(e.msg[0], "limit zed: no secret has that name"));
 
-    /* references: a generation goes (hook free) with its last one */
-    int before = freed;
-    gen_ref(g1);
     gen_unref(g1);
-    assert_int_equal(freed, before);
-    gen_unref(g1);
-    assert_int_equal(freed, before + 1);
     gen_unref(g2);
-    assert_int_equal(freed, before + 2);
+}
+
+#define ME_SECRET_128                                                                          \
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"                         \
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+/* Middle mode: the ME table is part of the generation, loaded by the build; a reload that
+ * cannot load the files keeps the running table (and says why); the last reference to a
+ * generation drops its reference to the table. */
+static void test_me_table(void **state)
+{
+    (void)state;
+    static struct config_errors e;
+    char conf[512];
+    snprintf(conf, sizeof conf,
+             "listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\n"
+             "ad-tag = 0123456789abcdef0123456789abcdef\nproxy-secret-file = %s\n"
+             "proxy-config-file = %s\n", secret_path, me_path);
+    write_conf(conf);
+    write_file(secret_path, ME_SECRET_128);
+    write_file(me_path, "proxy_for 2 127.0.0.1:8888;\nproxy_for 2 127.0.0.1:8889;\ndefault 2;\n");
+    struct gen *g1 = reload_build(&R, NULL, &e);
+    assert_non_null(g1);
+    assert_non_null(g1->me);
+    assert_int_equal(g1->me->naddrs, 2);
+    assert_int_equal(g1->me->secret_len, 128);
+    assert_string_equal(R.me_err, "");
+
+    /* a reload reads the files again: a new table */
+    write_file(me_path, "proxy_for 2 127.0.0.1:8890;\ndefault 2;\n");
+    struct gen *g2 = reload_build(&R, g1, &e);
+    assert_non_null(g2);
+    assert_int_equal(e.count, 0);
+    assert_true(g2->me && g2->me != g1->me);
+    assert_int_equal(g2->me->naddrs, 1);
+
+    /* a bad file: the generation is good, with the running table */
+    write_file(me_path, "proxy_for 2 nonsense;\n");
+    struct gen *g3 = reload_build(&R, g2, &e);
+    assert_non_null(g3);
+    assert_int_equal(e.count, 0);
+    assert_ptr_equal(g3->me, g2->me);
+    assert_non_null(strstr(R.me_err, me_path));
+    assert_int_equal(atomic_load(&g2->me->refs), 2);
+    /* references: a generation's table goes with its last reference */
+    gen_ref(g3);
+    gen_unref(g3);
+    assert_int_equal(atomic_load(&g2->me->refs), 2);
+    gen_unref(g3);
+    assert_int_equal(atomic_load(&g2->me->refs), 1);
+    gen_unref(g2);
+    gen_unref(g1);
+
+    /* at start the same bad file is an error (--check-config and the proxy fail on it) */
+    memset(&e, 0, sizeof e);
+    assert_null(reload_build(&R, NULL, &e));
+    assert_int_equal(e.count, 1);
+    assert_non_null(strstr(e.msg[0], me_path));
+    /* links and doctor build without it */
+    R.tool = 1;
+    memset(&e, 0, sizeof e);
+    struct gen *g4 = reload_build(&R, NULL, &e);
+    assert_non_null(g4);
+    assert_null(g4->me);
+    assert_non_null(strstr(R.me_err, me_path));
+    gen_unref(g4);
+}
+
+/* Start-up's part of the first build: with no secret anywhere one is drawn (main saves it),
+ * a state file's secret is used; max-connections is fitted to the descriptor limit before
+ * the generation is checked; the users registry is set up. */
+static void test_start(void **state)
+{
+    (void)state;
+    static struct config_errors e;
+    static struct users u;
+    struct reload_start st;
+    char conf[512];
+    snprintf(conf, sizeof conf, "listen = 127.0.0.1:9443\nmask = off\nworkers = 2\n"
+             "state-file = %s\nmax-connections = 16777216\n", state_path);
+    write_conf(conf);
+    unlink(state_path);
+    struct reload r;
+    reload_init(&r, &u, path, 0, NULL);
+    r.start = &st;
+    struct gen *g = reload_build(&r, NULL, &e);
+    if (!g)
+        fail_msg("%s", e.msg[0]);
+    assert_int_equal(e.count, 0);
+    assert_int_equal(st.nworkers, 2);
+    assert_true(st.secret_drawn && g->state_secret);
+    assert_int_equal(g->opt.nsecrets, 1);
+    assert_string_equal(g->opt.secrets[0].name, "default");
+    assert_ptr_equal(g->users, &u);
+    assert_int_equal(users_count(&u), 1);
+    assert_int_equal(st.max_connections, 16777216);
+    unsigned long long lim = preflight_fd_limit();
+    if (lim < 2ULL * 16777216) { /* fitted: the generation holds what the limit allows */
+        assert_false(st.fds.fits);
+        assert_true(g->opt.max_connections < 16777216);
+        assert_int_equal(g->opt.max_connections, st.fds.fit < 1 ? 1 : st.fds.fit);
+    }
+    /* the state file's secret is used once there is one */
+    assert_int_equal(options_save_state(&g->opt.secrets[0], state_path, conf, sizeof conf), 0);
+    struct secret drawn = g->opt.secrets[0];
+    gen_unref(g);
+    users_destroy(&u);
+    g = reload_build(&r, NULL, &e);
+    if (!g)
+        fail_msg("%s", e.msg[0]);
+    assert_false(st.secret_drawn);
+    assert_true(g->state_secret);
+    assert_memory_equal(g->opt.secrets[0].key, drawn.key, sizeof drawn.key);
+    gen_unref(g);
+    users_destroy(&u);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_generations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_me_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_start, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
