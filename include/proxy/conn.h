@@ -265,6 +265,7 @@ struct proxy_worker {
     struct tlslearn *learn;            /* the site's TLS profile (shared; worker 0 learns) */
     uint64_t rng;                      /* xorshift state for record-size noise */
     struct rstore rstore;              /* this worker's link to the fleet's replay store */
+    rstore_cb store_answer;            /* the state machine's entry point for its answers */
     const struct acl *acl;             /* shared, read-only; NULL or empty = everyone */
     struct gen *gen;                   /* the generation new connections take (one ref) */
     struct gen *_Atomic next_gen;      /* posted by main (proxy_worker_post_gen), one ref */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "proxy/conn.h"
+#include "proxy/middle.h"
+#include "proxy/relay.h"
 
 /*
  * Calls go one way: conn_worker -> conn (the state machine, the only caller of conn_close
@@ -12,6 +14,58 @@
  * hs_gate / conn_front -> conn_up -> relay, middle; everything may call conn_guard,
  * conn_close (conn_close_later, the log rate limit) and conn_names.
  */
+
+/* --- verdicts ---------------------------------------------------------------------------- */
+
+/* A step's verdict is an enum conn_reason: CR_NONE to go on, else the reason the state
+ * machine closes the connection with. CR_GONE: the connection was closed already by a callee
+ * in relay.c or middle.c that still closes it itself (until those return verdicts: then these
+ * wrappers become plain calls and CR_GONE goes). Nothing is left to do with it. */
+#define CR_GONE ((enum conn_reason)-2)
+
+/* 1 if verdict r ends the step: a reason to close, or closed already. */
+static inline int conn_stop(enum conn_reason r)
+{
+    return r != CR_NONE;
+}
+
+static inline enum conn_reason conn_side_flush(struct conn *c, struct conn_side *s,
+                                               struct conn_side *from)
+{
+    return side_flush(c, s, from) ? CR_GONE : CR_NONE;
+}
+
+static inline enum conn_reason conn_side_queue(struct conn *c, struct conn_side *s,
+                                               const uint8_t *p, size_t n)
+{
+    return side_queue(c, s, p, n) ? CR_NO_MEMORY : CR_NONE;
+}
+
+/* After relay_event / middle_client_event / middle_attach: c's slot outlives a close (a pool
+ * slot), and a closed one is CS_FREE. */
+static inline enum conn_reason conn_gone_if_free(const struct conn *c)
+{
+    return c->state == CS_FREE ? CR_GONE : CR_NONE;
+}
+
+static inline enum conn_reason conn_relay_event(struct conn *c, struct conn_side *s,
+                                                int revents)
+{
+    relay_event(c, s, revents);
+    return conn_gone_if_free(c);
+}
+
+static inline enum conn_reason conn_middle_event(struct conn *c, int revents)
+{
+    middle_client_event(c, revents);
+    return conn_gone_if_free(c);
+}
+
+static inline enum conn_reason conn_middle_attach(struct conn *c, uint8_t *extra, size_t n)
+{
+    middle_attach(c, extra, n);
+    return conn_gone_if_free(c);
+}
 
 /* --- small per-connection bookkeeping (used by several rooms) --------------------------- */
 
@@ -92,20 +146,31 @@ int guard_acl(struct proxy_worker *pw, const struct sock_addr *peer);
 
 /* --- upstream connect (conn_up.c) -------------------------------------------------------- */
 
+/* 1 if this connection's upstream goes through the socks5 server. */
 int up_via_socks(const struct conn *c);
-int up_connect_next(struct conn *c);
-int up_retry(struct conn *c, int err);
-int up_socks_step(struct conn *c);
-int up_established(struct conn *c);
-void up_start(struct conn *c);
+/* CONNECTING: the next candidate address (also after a wait for a free descriptor). */
+enum conn_reason up_connect_next(struct conn *c);
+/* CONNECTING: the upstream socket is ready (connected, failed, or socks5 bytes came). */
+enum conn_reason up_event(struct conn *c);
+/* CONNECTING: the deadline came (a wait for a free descriptor, or the attempt timed out). */
+enum conn_reason up_timeout(struct conn *c);
+/* Leaves the handshake for CONNECTING: a pooled DC socket, or the first address. */
+enum conn_reason up_start(struct conn *c);
+/* Middle mode: the client goes to an ME link instead of a DC; then CS_RELAY, idle timer. */
+enum conn_reason up_middle(struct conn *c, uint8_t *extra, size_t n);
 
 /* --- rejected clients (conn_front.c) ----------------------------------------------------- */
 
+/* Enters HOLD: no answer; read and discarded until a random deadline. */
 void front_hold(struct conn *c);
-void front_reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni,
-                  const char *why);
-void front_unknown_sni(struct conn *c, const char *sni);
-void front_hold_read(struct conn *c);
+/* A client we will not serve: fronted (CONNECTING to the site) with the bytes seen so far,
+ * or held. CR_NONE, or a reason to close. */
+enum conn_reason front_reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni,
+                              const char *why);
+/* unknown-sni drop/reject (the alert sent): CR_UNKNOWN_SNI. */
+enum conn_reason front_unknown_sni(struct conn *c, const char *sni);
+/* HOLD: a read of what is discarded. */
+enum conn_reason front_hold_read(struct conn *c);
 
 /* --- handshake gates (hs_gate.c) --------------------------------------------------------- */
 
@@ -116,16 +181,28 @@ enum store_gate gate_store(struct conn *c, const uint8_t *key, unsigned ttl_ms);
 
 /* --- handshake (hs_obfs2.c, hs_tls.c, hs_first.c) ---------------------------------------- */
 
-void hs_obfs2_done(struct conn *c, uint8_t *extra, size_t n);
+/* The client's 64-byte header is complete (c->hdr). extra[0..n) are client bytes that came
+ * after it (inside TLS records), still encrypted with the client's stream. Checks it (or
+ * rejects the client), keys both directions, and starts the upstream (or an ME link). */
+enum conn_reason hs_obfs2_done(struct conn *c, uint8_t *extra, size_t n);
+/* Grows the hello buffer to at least want bytes (within the worker's budget: the oldest
+ * unfinished hello is closed later to make room). Returns 0, or -1. */
 int hs_hbuf_reserve(struct conn *c, size_t want);
-void hs_tls_hello_check(struct conn *c);
-void hs_tls_hello_read(struct conn *c);
-void hs_tls_header_read(struct conn *c, int revents);
-void hs_first_read(struct conn *c);
-void hs_proxy_read(struct conn *c);
+/* TLS_HELLO: looks at the hello bytes so far: waits for more, rejects, or answers (then
+ * TLS_HEADER). */
+enum conn_reason hs_tls_hello_check(struct conn *c);
+/* TLS_HELLO: reads more of the hello. */
+enum conn_reason hs_tls_hello_read(struct conn *c);
+/* TLS_HEADER: after our answer, records carrying the obfuscated2 header (maybe with data). */
+enum conn_reason hs_tls_header_read(struct conn *c, int revents);
+/* HEADER: the client's first bytes (FakeTLS, obfuscated2, or not a client). */
+enum conn_reason hs_first_read(struct conn *c);
+/* PROXY_HDR: the balancer's PROXY header (then HEADER). */
+enum conn_reason hs_proxy_read(struct conn *c);
 
 /* --- the state machine (conn.c) ---------------------------------------------------------- */
 
+/* The replay store's answer for c (owner) asked with token c->id (pw->store_answer). */
 void conn_store_answer(void *owner, uint64_t token, enum rstore_verdict v);
 
 #endif

@@ -24,17 +24,28 @@
 
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);
 
+/* --- verdicts ------------------------------------------------------------------------- */
+
+/* The one place a step's verdict takes effect: a close reason ends c; CR_NONE (go on: the
+ * step moved c to the state it wanted) and CR_GONE (closed already) leave it be. */
+static void conn_verdict(struct conn *c, enum conn_reason r)
+{
+    if ((int)r >= 0)
+        conn_close(c, r);
+}
+
+/* --- the replay store's answer ---------------------------------------------------------- */
+
 /* The store answered (or its deadline passed: RSTORE_FAILED): the handshake check runs again
  * from where it stopped, with the answer. */
-static void conn_store_resume(struct conn *c, enum rstore_verdict v)
+static enum conn_reason store_resume(struct conn *c, enum rstore_verdict v)
 {
     c->rs_verdict = (uint8_t)(v + 1);
     c->state = c->rs_resume;
     timer_arm(c, c->gen->opt.handshake_timeout_ms / 1000.0);
     if (c->state == CS_TLS_HELLO)
-        hs_tls_hello_check(c);
-    else
-        hs_obfs2_done(c, NULL, 0);
+        return hs_tls_hello_check(c);
+    return hs_obfs2_done(c, NULL, 0);
 }
 
 void conn_store_answer(void *owner, uint64_t token, enum rstore_verdict v)
@@ -42,45 +53,44 @@ void conn_store_answer(void *owner, uint64_t token, enum rstore_verdict v)
     struct conn *c = owner; /* a pool slot: its memory outlives the connection */
     if (c->state != CS_STORE_WAIT || c->id != token)
         return; /* closed (or gave up waiting) meanwhile */
-    conn_store_resume(c, v);
+    conn_verdict(c, store_resume(c, v));
 }
 
-/* --- callbacks ------------------------------------------------------------------------- */
+/* --- events ------------------------------------------------------------------------------ */
+
+/* The client's socket is ready: the step of c's state. */
+static enum conn_reason cli_step(struct conn *c, int revents)
+{
+    switch (c->state) {
+    case CS_PROXY_HDR:
+        return hs_proxy_read(c);
+    case CS_HEADER:
+        return hs_first_read(c);
+    case CS_TLS_HELLO:
+        return hs_tls_hello_read(c);
+    case CS_TLS_HEADER:
+        return hs_tls_header_read(c, revents);
+    case CS_CONNECTING: { /* our ServerHello may still be going out */
+        enum conn_reason r = conn_side_flush(c, &c->cli, &c->dc);
+        if (!conn_stop(r))
+            side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
+        return r;
+    }
+    case CS_HOLD:
+        return front_hold_read(c);
+    case CS_RELAY:
+        return c->mc ? conn_middle_event(c, revents) : conn_relay_event(c, &c->cli, revents);
+    default:
+        return CR_NONE;
+    }
+}
 
 static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct conn *c = io->data;
     if (c->closing)
         return;
-    switch (c->state) {
-    case CS_PROXY_HDR:
-        hs_proxy_read(c);
-        break;
-    case CS_HEADER:
-        hs_first_read(c);
-        break;
-    case CS_TLS_HELLO:
-        hs_tls_hello_read(c);
-        break;
-    case CS_TLS_HEADER:
-        hs_tls_header_read(c, revents);
-        break;
-    case CS_CONNECTING: /* our ServerHello may still be going out */
-        if (!side_flush(c, &c->cli, &c->dc))
-            side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
-        break;
-    case CS_HOLD:
-        front_hold_read(c);
-        break;
-    case CS_RELAY:
-        if (c->mc)
-            middle_client_event(c, revents);
-        else
-            relay_event(c, &c->cli, revents);
-        break;
-    default:
-        break;
-    }
+    conn_verdict(c, cli_step(c, revents));
 }
 
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
@@ -88,22 +98,56 @@ static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
     struct conn *c = io->data;
     if (c->closing)
         return;
-    if (c->state == CS_CONNECTING) {
-        if (up_via_socks(c) && c->sd.step != SOCKS_STEP_NONE) {
-            up_socks_step(c);
-            return;
-        }
-        int err = sock_connect_result(c->dc.fd);
-        if (err)
-            up_retry(c, err);
-        else if (up_via_socks(c))
-            up_socks_step(c);
-        else
-            up_established(c);
-        return;
+    if (c->state == CS_CONNECTING)
+        conn_verdict(c, up_event(c));
+    else if (c->state == CS_RELAY)
+        conn_verdict(c, conn_relay_event(c, &c->dc, revents));
+}
+
+/* RELAY: the idle timer is armed lazily: traffic only moves last_io. A fronted connection has
+ * a shorter idle time and a bound on its whole life. */
+static enum conn_reason idle_check(struct conn *c, ev_tstamp now)
+{
+    const struct options *o = &c->gen->opt;
+    int mask = c->mode == CONN_MODE_MASK;
+    double idle = (mask ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0;
+    double left = c->last_io + idle - now;
+    double life = mask ? c->born + o->mask_lifetime_ms / 1000.0 - now : left;
+    if (left <= 0 || life <= 0)
+        return CR_IDLE;
+    timer_arm(c, left < life ? left : life);
+    return CR_NONE;
+}
+
+/* c's deadline came: the step of c's state. */
+static enum conn_reason timer_step(struct conn *c, ev_tstamp now)
+{
+    switch (c->state) {
+    case CS_HEADER:
+    case CS_TLS_HELLO:
+        /* No valid handshake in time: like any other non-client, it goes to the real site
+         * (which decides how long to wait), or is closed when there is none. */
+        if (!mask_lookup(&c->gen->masks, NULL))
+            return CR_HANDSHAKE_TIMEOUT;
+        if (c->state == CS_TLS_HELLO)
+            return front_reject(c, c->hbuf, c->hlen, NULL, "handshake timeout");
+        return front_reject(c, c->hdr, c->hdr_len, NULL, "handshake timeout");
+    case CS_TLS_HEADER:
+        return CR_HANDSHAKE_TIMEOUT;
+    case CS_STORE_WAIT: /* the store is slow: its failure policy decides */
+        return store_resume(c, RSTORE_FAILED);
+    case CS_PROXY_HDR: /* never fronted: this is the balancer, not a client or a probe */
+        STAT_INC(&c->pw->stats.pp_bad);
+        return CR_HANDSHAKE_TIMEOUT;
+    case CS_HOLD:
+        return CR_BAD_HEADER;
+    case CS_CONNECTING:
+        return up_timeout(c);
+    case CS_RELAY:
+        return idle_check(c, now);
+    default:
+        return CR_NONE;
     }
-    if (c->state == CS_RELAY)
-        relay_event(c, &c->dc, revents);
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
@@ -111,56 +155,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     struct conn *c = t->data;
     if (c->closing)
         return;
-    switch (c->state) {
-    case CS_HEADER:
-    case CS_TLS_HELLO:
-        /* No valid handshake in time: like any other non-client, it goes to the real site
-         * (which decides how long to wait), or is closed when there is none. */
-        if (mask_lookup(&c->gen->masks, NULL)) {
-            if (c->state == CS_TLS_HELLO)
-                front_reject(c, c->hbuf, c->hlen, NULL, "handshake timeout");
-            else
-                front_reject(c, c->hdr, c->hdr_len, NULL, "handshake timeout");
-        } else {
-            conn_close(c, CR_HANDSHAKE_TIMEOUT);
-        }
-        break;
-    case CS_TLS_HEADER:
-        conn_close(c, CR_HANDSHAKE_TIMEOUT);
-        break;
-    case CS_STORE_WAIT: /* the store is slow: its failure policy decides */
-        conn_store_resume(c, RSTORE_FAILED);
-        break;
-    case CS_PROXY_HDR: /* never fronted: this is the balancer, not a client or a probe */
-        STAT_INC(&c->pw->stats.pp_bad);
-        conn_close(c, CR_HANDSHAKE_TIMEOUT);
-        break;
-    case CS_HOLD:
-        conn_close(c, CR_BAD_HEADER);
-        break;
-    case CS_CONNECTING:
-        if (c->dc.fd < 0)
-            up_connect_next(c); /* after a wait for a free descriptor */
-        else
-            up_retry(c, 0);
-        break;
-    case CS_RELAY: {
-        /* The idle timer is armed lazily: traffic only moves last_io. A fronted connection
-         * has a shorter idle time and a bound on its whole life. */
-        const struct options *o = &c->gen->opt;
-        int mask = c->mode == CONN_MODE_MASK;
-        double idle = (mask ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0;
-        double left = c->last_io + idle - ev_now(loop);
-        double life = mask ? c->born + o->mask_lifetime_ms / 1000.0 - ev_now(loop) : left;
-        if (left <= 0 || life <= 0)
-            conn_close(c, CR_IDLE);
-        else
-            timer_arm(c, left < life ? left : life);
-        break;
-    }
-    default:
-        break;
-    }
+    conn_verdict(c, timer_step(c, ev_now(loop)));
 }
 
 /* --- accept ---------------------------------------------------------------------------- */

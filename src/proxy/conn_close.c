@@ -94,7 +94,8 @@ static void closing_unlink(struct proxy_worker *pw, struct conn *c)
 }
 
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
- * afterwards; every path that may close returns -1 up to the callback. */
+ * afterwards. Called by the state machine's entry points only (conn.c, the worker's sweep,
+ * generation adoption and stop), and, until they return verdicts, by relay.c and middle.c. */
 int conn_close(struct conn *c, enum conn_reason r)
 {
     struct proxy_worker *pw = c->pw;

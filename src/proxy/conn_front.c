@@ -50,9 +50,9 @@ void front_hold(struct conn *c)
 
 /* A client we will not serve (we have not answered it yet): forward it, with every byte it
  * sent so far, to the real web server; or hold it if there is none. seen may point into
- * c->hbuf. */
-void front_reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni,
-                   const char *why)
+ * c->hbuf. Returns CR_NONE (now CONNECTING to the site, or HOLD), or a reason to close. */
+enum conn_reason front_reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni,
+                              const char *why)
 {
     struct proxy_worker *pw = c->pw;
     STAT_INC(&pw->stats.rejected);
@@ -65,7 +65,7 @@ void front_reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni
     }
     if (!m) {
         front_hold(c);
-        return;
+        return CR_NONE;
     }
     STAT_INC(&pw->stats.masked);
     conn_set_kind(c, CK_FRONTED);
@@ -82,22 +82,21 @@ void front_reject(struct conn *c, const uint8_t *seen, size_t n, const char *sni
         if (getsockname(c->cli.fd, &local.u.sa, &local.len) == 0)
             phl = mask_proxy_header(ph, sizeof ph, pw->opt->mask_proxy_protocol, &c->peer,
                                     &local);
-        if (phl && side_queue(c, &c->dc, ph, phl)) {
-            conn_close(c, CR_NO_MEMORY);
-            return;
-        }
+        enum conn_reason r = phl ? conn_side_queue(c, &c->dc, ph, phl) : CR_NONE;
+        if (conn_stop(r))
+            return r;
     }
-    if (n && side_queue(c, &c->dc, seen, n)) {
-        conn_close(c, CR_NO_MEMORY);
-        return;
-    }
+    enum conn_reason r = n ? conn_side_queue(c, &c->dc, seen, n) : CR_NONE;
+    if (conn_stop(r))
+        return r;
     hbuf_free(c);
-    up_start(c);
+    return up_start(c);
 }
 
 /* unknown-sni drop or reject: a hello naming none of our domains is closed, after a fatal
- * unrecognized_name alert for reject (what a server without that name says). */
-void front_unknown_sni(struct conn *c, const char *sni)
+ * unrecognized_name alert for reject (what a server without that name says). Returns
+ * CR_UNKNOWN_SNI. */
+enum conn_reason front_unknown_sni(struct conn *c, const char *sni)
 {
     struct proxy_worker *pw = c->pw;
     STAT_INC(&pw->stats.rejected);
@@ -116,10 +115,11 @@ void front_unknown_sni(struct conn *c, const char *sni)
         ssize_t w = send(c->cli.fd, alert, sizeof alert, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
     }
-    conn_close(c, CR_UNKNOWN_SNI);
+    return CR_UNKNOWN_SNI;
 }
 
-void front_hold_read(struct conn *c)
+/* HOLD: reads and discards (up to HOLD_DISCARD_MAX); EOF or an error ends it. */
+enum conn_reason front_hold_read(struct conn *c)
 {
     uint8_t sink[4096];
     ssize_t n = read(c->cli.fd, sink, sizeof sink);
@@ -127,9 +127,9 @@ void front_hold_read(struct conn *c)
         c->up_bytes += (uint64_t)n;
         if (c->up_bytes >= HOLD_DISCARD_MAX)
             side_watch(c, &c->cli, 0); /* enough: let its window fill up */
-        return;
+        return CR_NONE;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    conn_close(c, CR_BAD_HEADER);
+        return CR_NONE;
+    return CR_BAD_HEADER;
 }

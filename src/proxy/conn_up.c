@@ -49,8 +49,9 @@ int up_via_socks(const struct conn *c)
 }
 
 /* Starts connecting to the next candidate address (through the socks5 server, whose TCP
- * connect comes first, if configured). Returns 0, or -1 if closed. */
-int up_connect_next(struct conn *c)
+ * connect comes first, if configured). Returns CR_NONE (connecting, or waiting for a free
+ * descriptor), or the reason every address failed. */
+enum conn_reason up_connect_next(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     while (c->dc_try < c->dc_count) {
@@ -72,7 +73,7 @@ int up_connect_next(struct conn *c)
                 break;
             }
             timer_arm(c, 0.1);
-            return 0;
+            return CR_NONE;
         }
         if (fd < 0) {
             STAT_INC(&pw->stats.dc_connect_fails);
@@ -84,13 +85,13 @@ int up_connect_next(struct conn *c)
         ev_io_set(&c->dc.io, fd, EV_WRITE); /* its callback: set at accept */
         side_watch(c, &c->dc, EV_WRITE);
         timer_arm(c, c->gen->opt.connect_timeout_ms / 1000.0);
-        return 0;
+        return CR_NONE;
     }
-    return conn_close(c, c->mode == CONN_MODE_MASK ? CR_MASK_UNREACHABLE : CR_DC_UNREACHABLE);
+    return c->mode == CONN_MODE_MASK ? CR_MASK_UNREACHABLE : CR_DC_UNREACHABLE;
 }
 
 /* Closes the current upstream attempt and goes on with the next address. */
-static int up_drop_attempt(struct conn *c)
+static enum conn_reason up_drop_attempt(struct conn *c)
 {
     side_watch(c, &c->dc, 0);
     close(c->dc.fd);
@@ -99,7 +100,7 @@ static int up_drop_attempt(struct conn *c)
 }
 
 /* Drops the current attempt (failed or timed out) and tries the next address. */
-int up_retry(struct conn *c, int err)
+static enum conn_reason up_retry(struct conn *c, int err)
 {
     STAT_INC(&c->pw->stats.dc_connect_fails);
     up_log_attempt(c, up_target_addr(c, c->dc_try - 1), err);
@@ -108,7 +109,9 @@ int up_retry(struct conn *c, int err)
 
 /* The socks5 handshake failed for this attempt: say why (the server's own reason for a
  * refused CONNECT), then the next address. */
-static int up_socks_failed(struct conn *c, const char *why, int code)
+static enum conn_reason up_established(struct conn *c);
+
+static enum conn_reason up_socks_failed(struct conn *c, const char *why, int code)
 {
     struct proxy_worker *pw = c->pw;
     STAT_INC(&pw->stats.dc_connect_fails);
@@ -130,7 +133,7 @@ static int up_socks_failed(struct conn *c, const char *why, int code)
 }
 
 /* CONNECTING through socks5: the server's TCP connect succeeded (start) or it sent bytes. */
-int up_socks_step(struct conn *c)
+static enum conn_reason up_socks_step(struct conn *c)
 {
     const struct options *o = &c->gen->opt;
     const char *why = "socks5: handshake failed";
@@ -144,14 +147,14 @@ int up_socks_step(struct conn *c)
         return up_socks_failed(c, why, code);
     if (r == SOCKS_DIAL_WAIT) {
         side_watch(c, &c->dc, EV_READ);
-        return 0;
+        return CR_NONE;
     }
     return up_established(c);
 }
 
 /* The upstream socket is connected: what is queued for it (our obfuscated2 header and any
- * early client bytes, or the replayed probe) goes out, and the relay starts. */
-int up_established(struct conn *c)
+ * early client bytes, or the replayed probe) goes out, and the relay starts (CS_RELAY). */
+static enum conn_reason up_established(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     if (c->mode == CONN_MODE_MTPROTO) {
@@ -161,12 +164,12 @@ int up_established(struct conn *c)
          * short write goes to the head of the queue, before any early client bytes). */
         ssize_t w = send(c->dc.fd, c->hdr, OBFS2_HDR_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return conn_close(c, CR_DC_CLOSED);
+            return CR_DC_CLOSED;
         if (w < OBFS2_HDR_LEN) {
             size_t done = w > 0 ? (size_t)w : 0;
             struct arena_block *b = arena_get(&pw->arena);
             if (!b)
-                return conn_close(c, CR_NO_MEMORY);
+                return CR_NO_MEMORY;
             memcpy(b->data, c->hdr + done, OBFS2_HDR_LEN - done);
             b->end = (uint32_t)(OBFS2_HDR_LEN - done);
             b->next = c->dc.qhead;
@@ -177,20 +180,22 @@ int up_established(struct conn *c)
         }
     }
     if (pw->opt->buffers && relay_reserve(c))
-        return conn_close(c, CR_NO_MEMORY);
+        return CR_NO_MEMORY;
     c->state = CS_RELAY;
     c->last_io = ev_now(pw->w->loop);
     const struct options *o = &c->gen->opt; /* its own generation's timeouts */
     timer_arm(c, (c->mode == CONN_MODE_MASK ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0);
-    if (side_flush(c, &c->dc, &c->cli))
-        return -1;
+    enum conn_reason r = conn_side_flush(c, &c->dc, &c->cli);
+    if (conn_stop(r))
+        return r;
     relay_watch(c);
-    return 0;
+    return CR_NONE;
 }
 
 /* Connects the upstream side: a pooled DC socket if one is ready, else a new connect. The
- * client is read again only once the relay runs (its bytes wait in its socket). */
-void up_start(struct conn *c)
+ * client is read again only once the relay runs (its bytes wait in its socket). Returns the
+ * verdict of the first step. */
+enum conn_reason up_start(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     /* Claimed before the reserved descriptor is given back, so the pool's refill of the slot
@@ -204,8 +209,41 @@ void up_start(struct conn *c)
         c->dc.fd = fd;
         c->dc.events = 0;
         ev_io_set(&c->dc.io, fd, EV_READ);
-        up_established(c);
-        return;
+        return up_established(c);
     }
-    up_connect_next(c);
+    return up_connect_next(c);
+}
+
+/* Middle mode: an ME link instead of a DC connection (no upstream socket: the reserved
+ * descriptor goes back). The machine, not middle.c, then moves c to RELAY and arms its idle
+ * timer. */
+enum conn_reason up_middle(struct conn *c, uint8_t *extra, size_t n)
+{
+    reserve_release(c);
+    c->state = CS_CONNECTING; /* holds no reserve from here (a close must not give it twice) */
+    enum conn_reason r = conn_middle_attach(c, extra, n);
+    if (conn_stop(r) || c->closing)
+        return r;
+    c->state = CS_RELAY;
+    timer_arm(c, c->gen->opt.idle_timeout_ms / 1000.0);
+    return CR_NONE;
+}
+
+enum conn_reason up_event(struct conn *c)
+{
+    if (up_via_socks(c) && c->sd.step != SOCKS_STEP_NONE)
+        return up_socks_step(c);
+    int err = sock_connect_result(c->dc.fd);
+    if (err)
+        return up_retry(c, err);
+    if (up_via_socks(c))
+        return up_socks_step(c);
+    return up_established(c);
+}
+
+enum conn_reason up_timeout(struct conn *c)
+{
+    if (c->dc.fd < 0)
+        return up_connect_next(c); /* after a wait for a free descriptor */
+    return up_retry(c, 0);
 }

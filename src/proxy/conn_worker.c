@@ -198,6 +198,7 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
                     &opt->socks5_addr))
         return -1;
     rstore_init(&pw->rstore, w->loop, &opt->rstore);
+    pw->store_answer = conn_store_answer;
     ev_prepare_init(&pw->close_prepare, conn_close_prepare);
     pw->close_prepare.data = pw;
     ev_init(&pw->loglim_timer, conn_loglim_timer);

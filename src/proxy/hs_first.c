@@ -46,108 +46,106 @@ static int cannot_be_obfs2(const uint8_t *p, size_t n)
     return n >= 8 && !(p[4] | p[5] | p[6] | p[7]);
 }
 
-void hs_first_read(struct conn *c)
+enum conn_reason hs_first_read(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     const struct options *o = pw->opt;
     ssize_t n = read(c->cli.fd, c->hdr + c->hdr_len, OBFS2_HDR_LEN - c->hdr_len);
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return;
-        conn_close(c, CR_CLIENT_EARLY_EOF);
-        return;
+            return CR_NONE;
+        return CR_CLIENT_EARLY_EOF;
     }
     size_t before = c->hdr_len;
     c->hdr_len += (uint8_t)n;
     if (before < 3 && c->hdr_len >= 3) {
         if (looks_tls(c->hdr) && pw->tls_enabled) {
-            if (hs_hbuf_reserve(c, 1024)) {
-                conn_close(c, CR_NO_MEMORY);
-                return;
-            }
+            if (hs_hbuf_reserve(c, 1024))
+                return CR_NO_MEMORY;
             memcpy(c->hbuf, c->hdr, c->hdr_len);
             c->hlen = c->hdr_len;
             c->state = CS_TLS_HELLO;
-            hs_tls_hello_check(c);
-            return;
+            return hs_tls_hello_check(c);
         }
-        if (!o->allow_plain && !o->allow_dd) { /* TLS-only: nothing else is a client */
-            front_reject(c, c->hdr, c->hdr_len, NULL, "not TLS (TLS-only proxy)");
-            return;
-        }
+        if (!o->allow_plain && !o->allow_dd) /* TLS-only: nothing else is a client */
+            return front_reject(c, c->hdr, c->hdr_len, NULL, "not TLS (TLS-only proxy)");
     }
-    if (c->hdr_len < OBFS2_HDR_LEN && cannot_be_obfs2(c->hdr, c->hdr_len)) {
-        front_reject(c, c->hdr, c->hdr_len, NULL, "not an obfuscated2 header (HTTP or similar)");
-        return;
-    }
+    if (c->hdr_len < OBFS2_HDR_LEN && cannot_be_obfs2(c->hdr, c->hdr_len))
+        return front_reject(c, c->hdr, c->hdr_len, NULL,
+                            "not an obfuscated2 header (HTTP or similar)");
     if (c->hdr_len == OBFS2_HDR_LEN)
-        hs_obfs2_done(c, NULL, 0);
+        return hs_obfs2_done(c, NULL, 0);
+    return CR_NONE;
 }
 
 /* --- PROXY protocol (proxy-protocol = on) ------------------------------------------------ */
 
 #define PP_V2_CAP 512 /* a balancer's v2 header with its TLVs: a few dozen bytes in practice */
 
+/* A malformed (or too long) PROXY header: counted, logged at debug, refused. */
+static enum conn_reason proxy_hdr_bad(struct conn *c, const struct proxyproto_result *r)
+{
+    struct proxy_worker *pw = c->pw;
+    STAT_INC(&pw->stats.pp_bad);
+    if (log_enabled(LOG_LVL_DEBUG)) {
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, a, sizeof a);
+        log_debug("w%d conn %llu %s: bad PROXY header: %s", pw->w->id,
+                  (unsigned long long)c->id, a, r->why ? r->why : "too long");
+    }
+    return CR_REFUSED;
+}
+
+/* PROXIED: the header's source address is the client's from now on. */
+static void proxy_hdr_peer(struct conn *c, const struct proxyproto_result *r)
+{
+    memset(&c->peer, 0, sizeof c->peer);
+    if (r->src.ss_family == AF_INET) {
+        memcpy(&c->peer.u.in4, &r->src, sizeof c->peer.u.in4);
+        c->peer.len = sizeof c->peer.u.in4;
+    } else {
+        memcpy(&c->peer.u.in6, &r->src, sizeof c->peer.u.in6);
+        c->peer.len = sizeof c->peer.u.in6;
+    }
+}
+
 /* Reads the PROXY header, and nothing of the client's own bytes: each call peeks at what has
  * arrived; while the header is incomplete every byte seen belongs to it (a v1 line before its
  * CR LF, a v2 header shorter than its length) and is consumed into hbuf, so the socket never
  * stays readable with a partial header (no busy loop); once complete, exactly its rest is
  * consumed and the client's bytes wait in the socket for HEADER. */
-void hs_proxy_read(struct conn *c)
+enum conn_reason hs_proxy_read(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    if (hs_hbuf_reserve(c, 16 + PP_V2_CAP)) {
-        conn_close(c, CR_NO_MEMORY);
-        return;
-    }
+    if (hs_hbuf_reserve(c, 16 + PP_V2_CAP))
+        return CR_NO_MEMORY;
     ssize_t n = recv(c->cli.fd, c->hbuf + c->hlen, 16 + PP_V2_CAP - c->hlen, MSG_PEEK);
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return;
+            return CR_NONE;
         STAT_INC(&pw->stats.pp_bad);
-        conn_close(c, CR_CLIENT_EARLY_EOF);
-        return;
+        return CR_CLIENT_EARLY_EOF;
     }
     struct proxyproto_result r;
     enum proxyproto_status st = proxyproto_parse(c->hbuf, c->hlen + (size_t)n, PP_V2_CAP, &r);
-    if (st == PROXYPROTO_BAD || (st == PROXYPROTO_NEED_MORE && r.need > 16 + PP_V2_CAP)) {
-        STAT_INC(&pw->stats.pp_bad);
-        if (log_enabled(LOG_LVL_DEBUG)) {
-            char a[SOCK_ADDR_STRLEN];
-            sock_addr_format(&c->peer, a, sizeof a);
-            log_debug("w%d conn %llu %s: bad PROXY header: %s", pw->w->id,
-                      (unsigned long long)c->id, a, r.why ? r.why : "too long");
-        }
-        conn_close(c, CR_REFUSED);
-        return;
-    }
+    if (st == PROXYPROTO_BAD || (st == PROXYPROTO_NEED_MORE && r.need > 16 + PP_V2_CAP))
+        return proxy_hdr_bad(c, &r);
     size_t take = st == PROXYPROTO_OK ? r.consumed - c->hlen : (size_t)n;
-    if (recv(c->cli.fd, c->hbuf + c->hlen, take, 0) != (ssize_t)take) {
-        conn_close(c, CR_CLIENT_EARLY_EOF); /* peeked bytes vanished: a reset */
-        return;
-    }
+    if (recv(c->cli.fd, c->hbuf + c->hlen, take, 0) != (ssize_t)take)
+        return CR_CLIENT_EARLY_EOF; /* peeked bytes vanished: a reset */
     c->hlen += (uint32_t)take;
     if (st == PROXYPROTO_NEED_MORE)
-        return;
+        return CR_NONE;
     hbuf_free(c);
     if (r.kind == PROXYPROTO_LOCAL) {
         STAT_INC(&pw->stats.pp_local);
-        conn_close(c, CR_DONE);
-        return;
+        return CR_DONE;
     }
-    if (r.kind == PROXYPROTO_PROXIED) {
-        memset(&c->peer, 0, sizeof c->peer);
-        if (r.src.ss_family == AF_INET) {
-            memcpy(&c->peer.u.in4, &r.src, sizeof c->peer.u.in4);
-            c->peer.len = sizeof c->peer.u.in4;
-        } else {
-            memcpy(&c->peer.u.in6, &r.src, sizeof c->peer.u.in6);
-            c->peer.len = sizeof c->peer.u.in6;
-        }
-    } /* UNKNOWN: the balancer's own address stands, as the specification says */
-    if (guard_acl(pw, &c->peer) || guard_stranger(c)) {
-        conn_close(c, CR_REFUSED);
-        return;
-    }
+    if (r.kind == PROXYPROTO_PROXIED)
+        proxy_hdr_peer(c, &r);
+    /* UNKNOWN: the balancer's own address stands, as the specification says */
+    if (guard_acl(pw, &c->peer) || guard_stranger(c))
+        return CR_REFUSED;
     c->state = CS_HEADER; /* the handshake timer keeps running from accept */
+    return CR_NONE;
 }

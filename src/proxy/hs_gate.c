@@ -74,7 +74,7 @@ enum store_gate gate_store(struct conn *c, const uint8_t *key, unsigned ttl_ms)
     if (!o->rstore.on)
         return STORE_GO;
     if (!c->rs_verdict) {
-        if (rstore_check(&pw->rstore, key, ttl_ms, conn_store_answer, c, c->id) == 0) {
+        if (rstore_check(&pw->rstore, key, ttl_ms, pw->store_answer, c, c->id) == 0) {
             c->rs_resume = c->state;
             c->state = CS_STORE_WAIT;
             side_watch(c, &c->cli, 0);
