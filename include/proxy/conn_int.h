@@ -141,8 +141,8 @@ int guard_stranger(struct conn *c);
 void guard_handshake_start(struct conn *c);
 /* accept-rate: 1 (counted) if this source opened its share of connections this second. */
 int guard_accept_rate(struct proxy_worker *pw, const struct sock_addr *peer);
-/* The access list's verdict for a client address: 1 (and counted) if refused. */
-int guard_acl(struct proxy_worker *pw, const struct sock_addr *peer);
+/* Access list acl's verdict (a generation's) for a client address: 1 (counted) if refused. */
+int guard_acl(struct proxy_worker *pw, const struct acl *acl, const struct sock_addr *peer);
 
 /* --- upstream connect (conn_up.c) -------------------------------------------------------- */
 

@@ -189,65 +189,49 @@ static void on_rate_timer(struct ev_loop *loop, ev_timer *t, int revents)
         relay_watch(c);
 }
 
-void conn_rate_pause(struct conn *c, int dir, double wait)
+
+/* Checked before any byte is read, against g (the generation the connection would take): the
+ * access list (on the socket's peer unless a PROXY header will name the client), or who may
+ * send PROXY headers; then accept-rate. 1 if refused (counted, fd closed). */
+static int accept_refused(struct proxy_worker *pw, const struct gen *g, int fd,
+                          const struct sock_addr *peer)
 {
-    struct ev_loop *loop = c->pw->w->loop;
-    ev_tstamp until = ev_now(loop) + wait;
-    c->rate_until[dir] = until;
-    if (ev_is_active(&c->rate_timer)) {
-        if (ev_timer_remaining(loop, &c->rate_timer) <= wait)
-            return;
-        ev_timer_stop(loop, &c->rate_timer);
+    const struct options *o = &g->opt;
+    int refused = o->proxy_protocol ? !acl_pp_trusted(&g->acl, &peer->u.sa)
+                                    : guard_acl(pw, &g->acl, peer);
+    if (refused) {
+        if (o->proxy_protocol)
+            STAT_INC(&pw->stats.pp_untrusted);
+        if (o->rst_on_close != RST_OFF)
+            conn_reset_on_close(fd);
+    } else if (!guard_accept_rate(pw, peer)) {
+        return 0;
     }
-    ev_timer_set(&c->rate_timer, wait, 0);
-    ev_timer_start(loop, &c->rate_timer);
+    close(fd);
+    worker_reserve_release(pw->w);
+    return 1;
 }
 
-void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
+/* Slot c becomes a new connection for fd from peer, under generation g (one reference), first
+ * on the worker's live list, its watchers' callbacks set. */
+static void conn_init(struct proxy_worker *pw, struct conn *c, struct gen *g, int fd,
+                      const struct sock_addr *peer)
 {
-    struct proxy_worker *pw = w->ctx;
-    /* Checked before any byte is read: the access list (on the socket's peer unless a PROXY
-     * header will name the client), or who may send PROXY headers. */
-    int refused = pw->opt->proxy_protocol
-                      ? pw->acl && !acl_pp_trusted(pw->acl, &peer->u.sa)
-                      : guard_acl(pw, peer);
-    if (refused) {
-        if (pw->opt->proxy_protocol)
-            STAT_INC(&pw->stats.pp_untrusted);
-        if (pw->opt->rst_on_close != RST_OFF)
-            conn_reset_on_close(fd);
-        close(fd);
-        worker_reserve_release(w);
-        return;
-    }
-    if (guard_accept_rate(pw, peer)) {
-        close(fd);
-        worker_reserve_release(w);
-        return;
-    }
-    struct conn *c = pool_get(&pw->conns);
-    if (!c) {
-        close(fd); /* not reached while accepting pauses at the cap */
-        worker_reserve_release(w);
-        conn_check_accept(pw);
-        return;
-    }
-    STAT_INC(&pw->stats.accepted);
-    STAT_INC(&pw->stats.active);
+    const struct options *o = &g->opt;
     memset(c, 0, sizeof *c); /* a freed slot's streams were wiped (no context held) */
     conn_ciphers(c);
     c->pw = pw;
     c->id = ++pw->next_id;
     c->peer = *peer;
     c->uid = -1;
-    c->gen = pw->gen;
+    c->gen = g;
     gen_ref(c->gen);
     c->cli.fd = fd;
     c->dc.fd = -1;
-    c->state = pw->opt->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
-    c->born = ev_now(w->loop);
-    c->fast = (uint8_t)(pw->opt->fast_mode && !pw->middle); /* middle mode reframes */
-    c->splice = (uint8_t)(c->fast && pw->opt->splice);
+    c->state = o->proxy_protocol ? CS_PROXY_HDR : CS_HEADER;
+    c->born = ev_now(pw->w->loop);
+    c->fast = (uint8_t)(o->fast_mode && !pw->middle); /* middle mode reframes */
+    c->splice = (uint8_t)(c->fast && o->splice);
     c->cli.pipe_r = c->cli.pipe_w = c->dc.pipe_r = c->dc.pipe_w = -1;
     c->next = pw->live;
     if (pw->live)
@@ -257,14 +241,48 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     c->timer.data = c;
     ev_init(&c->rate_timer, on_rate_timer);
     c->rate_timer.data = c;
+}
+
+/* Seconds until a new connection's first deadline: a client sends its whole header (or hello)
+ * at once, so a connection still short of one after probe-wait is a probe, fronted then (never
+ * later than the handshake timeout); with nowhere to front to, a silent connection is closed
+ * when the site would close it (front_hold() then closes at once), if that comes first. */
+static double accept_deadline(const struct conn *c)
+{
+    const struct options *o = &c->gen->opt;
+    unsigned first =
+        o->probe_wait_ms < o->handshake_timeout_ms ? o->probe_wait_ms : o->handshake_timeout_ms;
+    const struct tlsprofile *prof = c->pw->learn ? tlslearn_current(c->pw->learn) : NULL;
+    if (prof && prof->idle_close_ms && !c->gen->masks.enabled && prof->idle_close_ms < first)
+        first = prof->idle_close_ms;
+    return first / 1000.0;
+}
+
+void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
+{
+    struct proxy_worker *pw = w->ctx;
+    struct gen *g = pw->gen; /* the generation the connection takes */
+    if (accept_refused(pw, g, fd, peer))
+        return;
+    struct conn *c = pool_get(&pw->conns);
+    if (!c) {
+        close(fd); /* not reached while accepting pauses at the cap */
+        worker_reserve_release(w);
+        conn_check_accept(pw);
+        return;
+    }
+    STAT_INC(&pw->stats.accepted);
+    STAT_INC(&pw->stats.active);
+    conn_init(pw, c, g, fd, peer);
+    const struct options *o = &c->gen->opt;
     guard_handshake_start(c);
     /* Behind a balancer the address is known only from the PROXY header (counted there). */
-    if (!pw->opt->proxy_protocol && guard_stranger(c)) {
+    if (!o->proxy_protocol && guard_stranger(c)) {
         conn_close(c, CR_REFUSED);
         return;
     }
     sock_tune(fd, &pw->sockopts);
-    if (pw->opt->client_mss && log_enabled(LOG_LVL_DEBUG)) {
+    if (o->client_mss && log_enabled(LOG_LVL_DEBUG)) {
         int mss = 0;
         socklen_t ml = sizeof mss;
         getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &ml);
@@ -275,17 +293,7 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     ev_init(&c->dc.io, on_dc_io); /* the upstream rooms only ev_io_set it */
     c->dc.io.data = c;
     side_watch(c, &c->cli, EV_READ);
-    /* A client sends its whole header (or hello) at once: a connection still short of one after
-     * probe-wait is a probe, fronted then (never later than the handshake timeout). */
-    unsigned first = pw->opt->probe_wait_ms < pw->opt->handshake_timeout_ms
-                         ? pw->opt->probe_wait_ms
-                         : pw->opt->handshake_timeout_ms;
-    /* With nowhere to front to, a silent connection is closed when the site would close it
-     * (front_hold() then closes at once), if that comes first. */
-    const struct tlsprofile *prof = pw->learn ? tlslearn_current(pw->learn) : NULL;
-    if (prof && prof->idle_close_ms && !pw->masks->enabled && prof->idle_close_ms < first)
-        first = prof->idle_close_ms;
-    timer_arm(c, first / 1000.0);
+    timer_arm(c, accept_deadline(c));
     conn_check_accept(pw);
 }
 

@@ -1,4 +1,4 @@
-/* conn_close.c: closing: the one way a connection ends (now, or marked and queued), its log line and its rate limit. */
+/* conn_close.c: the one way a connection ends (its log line, counters, frees), the close queue's drain, the log rate limit. */
 #include "proxy/conn_int.h"
 
 #ifdef __GLIBC__
@@ -22,22 +22,10 @@
 #include "proxy/relay.h"
 #include "proxy/tlslearn.h"
 
-/* --- accept-side limits -------------------------------------------------------------- */
-
-/* Pauses accepting while the connection slots or the buffer arena are used up. */
-void conn_check_accept(struct proxy_worker *pw)
-{
-    if (pool_full(&pw->conns) || relay_blocks_full(pw) || arena_exhausted(&pw->arena))
-        worker_pause_accept(pw->w);
-    else
-        worker_resume_accept(pw->w);
-}
-
 /* --- log rate limit ------------------------------------------------------------------------ */
 
 #define LOG_BURST 5          /* lines per reason per window before they are only counted */
 #define LOG_WINDOW 10.0      /* seconds */
-#define LOGLIM_REJECT CR_COUNT
 
 /* 1 if a line about a stranger (slot: a close reason or LOGLIM_REJECT) may be written now; a
  * flood of probes costs a handful of lines and one summary per window, not a line each. */
@@ -142,7 +130,7 @@ int conn_close(struct conn *c, enum conn_reason r)
     ev_timer_stop(pw->w->loop, &c->rate_timer);
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
-    int rst = pw->opt->rst_on_close;
+    int rst = o->rst_on_close;
     if (c->cli.fd >= 0 && (rst == RST_ALWAYS || (rst == RST_PROBES && !c->authed))) {
         /* a reset instead of a FIN, as servers behind some balancers do */
         conn_reset_on_close(c->cli.fd);
@@ -176,31 +164,6 @@ int conn_close(struct conn *c, enum conn_reason r)
     waiters_wake(pw);
     conn_check_accept(pw);
     return -1;
-}
-
-void conn_close_later(struct conn *c, enum conn_reason r)
-{
-    struct proxy_worker *pw = c->pw;
-    if (c->closing)
-        return;
-    c->closing = 1;
-    c->close_reason = (int8_t)r;
-    /* Nothing reaches it any more: no I/O, no timer, no buffer wake-up, no batch flush, no
-     * bytes from an ME link. */
-    side_watch(c, &c->cli, 0);
-    side_watch(c, &c->dc, 0);
-    ev_timer_stop(pw->w->loop, &c->timer);
-    ev_timer_stop(pw->w->loop, &c->rate_timer);
-    if (c->waiting_block)
-        waiters_remove(pw, c);
-    if (c->batched)
-        batch_remove(pw, c);
-    if (c->mc)
-        middle_detach(c);
-    c->close_next = pw->closing;
-    pw->closing = c;
-    if (!ev_is_active(&pw->close_prepare))
-        ev_prepare_start(pw->w->loop, &pw->close_prepare);
 }
 
 /* Before the loop sleeps: closes the connections marked in this pass (redis's

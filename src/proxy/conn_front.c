@@ -74,13 +74,14 @@ enum conn_reason front_reject(struct conn *c, const uint8_t *seen, size_t n, con
     c->mask = m;
     c->dc_count = 1;
     c->splice = 0; /* fronted bytes go through their own block budget, never a pipe */
-    if (pw->opt->mask_proxy_protocol) {
+    const struct options *o = &c->gen->opt;
+    if (o->mask_proxy_protocol) {
         struct sock_addr local;
         local.len = sizeof local.u;
         uint8_t ph[128];
         size_t phl = 0;
         if (getsockname(c->cli.fd, &local.u.sa, &local.len) == 0)
-            phl = mask_proxy_header(ph, sizeof ph, pw->opt->mask_proxy_protocol, &c->peer,
+            phl = mask_proxy_header(ph, sizeof ph, o->mask_proxy_protocol, &c->peer,
                                     &local);
         enum conn_reason r = phl ? conn_side_queue(c, &c->dc, ph, phl) : CR_NONE;
         if (conn_stop(r))
@@ -101,7 +102,7 @@ enum conn_reason front_unknown_sni(struct conn *c, const char *sni)
     struct proxy_worker *pw = c->pw;
     STAT_INC(&pw->stats.rejected);
     STAT_INC(&pw->stats.unknown_sni);
-    int reject = pw->opt->unknown_sni == SNI_REJECT;
+    int reject = c->gen->opt.unknown_sni == SNI_REJECT;
     if (log_enabled(LOG_LVL_INFO) && conn_loglim_allow(pw, LOGLIM_REJECT)) {
         char peer[SOCK_ADDR_STRLEN];
         sock_addr_format(&c->peer, peer, sizeof peer);

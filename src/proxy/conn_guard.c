@@ -84,11 +84,11 @@ int guard_accept_rate(struct proxy_worker *pw, const struct sock_addr *peer)
     return 0;
 }
 
-int guard_acl(struct proxy_worker *pw, const struct sock_addr *peer)
+int guard_acl(struct proxy_worker *pw, const struct acl *acl, const struct sock_addr *peer)
 {
-    if (!pw->acl || !acl_active(pw->acl))
+    if (!acl || !acl_active(acl))
         return 0;
-    enum acl_verdict v = acl_check(pw->acl, &peer->u.sa);
+    enum acl_verdict v = acl_check(acl, &peer->u.sa);
     if (v == ACL_PASS)
         return 0;
     /* Logged at debug only: a scan from a denied network must not fill the log. */

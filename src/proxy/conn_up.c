@@ -56,7 +56,7 @@ enum conn_reason up_connect_next(struct conn *c)
     struct proxy_worker *pw = c->pw;
     while (c->dc_try < c->dc_count) {
         const struct sock_addr *target = up_target_addr(c, c->dc_try++);
-        const struct sock_addr *a = up_via_socks(c) ? &pw->opt->socks5_addr : target;
+        const struct sock_addr *a = up_via_socks(c) ? &c->gen->opt.socks5_addr : target;
         c->sd.step = SOCKS_STEP_NONE;
         int fd = sock_connect(a, &pw->sockopts);
         /* Out of descriptors although one was released for this socket (another worker took
@@ -119,7 +119,7 @@ static enum conn_reason up_socks_failed(struct conn *c, const char *why, int cod
     if (log_enabled(LOG_LVL_INFO)) {
         char t[SOCK_ADDR_STRLEN], sv[SOCK_ADDR_STRLEN];
         sock_addr_format(up_target_addr(c, c->dc_try - 1), t, sizeof t);
-        sock_addr_format(&pw->opt->socks5_addr, sv, sizeof sv);
+        sock_addr_format(&c->gen->opt.socks5_addr, sv, sizeof sv);
         if (code > 0)
             log_info("w%d conn %llu: socks5 %s refused %s %s: %s (reply %d)", pw->w->id,
                      (unsigned long long)c->id, sv, c->mode == CONN_MODE_MASK ? "mask" : "dc", t,
@@ -179,7 +179,7 @@ static enum conn_reason up_established(struct conn *c)
             c->dc.queued += b->end;
         }
     }
-    if (pw->opt->buffers && relay_reserve(c))
+    if (c->gen->opt.buffers && relay_reserve(c))
         return CR_NO_MEMORY;
     c->state = CS_RELAY;
     c->last_io = ev_now(pw->w->loop);

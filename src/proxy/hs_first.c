@@ -46,10 +46,21 @@ static int cannot_be_obfs2(const uint8_t *p, size_t n)
     return n >= 8 && !(p[4] | p[5] | p[6] | p[7]);
 }
 
+/* allow-ee and at least one ee secret in c's generation (the worker keeps the newest one's). */
+static int tls_enabled(const struct conn *c)
+{
+    if (c->gen == c->pw->gen)
+        return c->pw->tls_enabled;
+    const struct options *o = &c->gen->opt;
+    for (int i = 0; i < o->nsecrets; i++)
+        if (o->allow_ee && o->secrets[i].kind == SECRET_EE)
+            return 1;
+    return 0;
+}
+
 enum conn_reason hs_first_read(struct conn *c)
 {
-    struct proxy_worker *pw = c->pw;
-    const struct options *o = pw->opt;
+    const struct options *o = &c->gen->opt;
     ssize_t n = read(c->cli.fd, c->hdr + c->hdr_len, OBFS2_HDR_LEN - c->hdr_len);
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -59,7 +70,7 @@ enum conn_reason hs_first_read(struct conn *c)
     size_t before = c->hdr_len;
     c->hdr_len += (uint8_t)n;
     if (before < 3 && c->hdr_len >= 3) {
-        if (looks_tls(c->hdr) && pw->tls_enabled) {
+        if (looks_tls(c->hdr) && tls_enabled(c)) {
             if (hs_hbuf_reserve(c, 1024))
                 return CR_NO_MEMORY;
             memcpy(c->hbuf, c->hdr, c->hdr_len);
@@ -144,7 +155,7 @@ enum conn_reason hs_proxy_read(struct conn *c)
     if (r.kind == PROXYPROTO_PROXIED)
         proxy_hdr_peer(c, &r);
     /* UNKNOWN: the balancer's own address stands, as the specification says */
-    if (guard_acl(pw, &c->peer) || guard_stranger(c))
+    if (guard_acl(pw, &c->gen->acl, &c->peer) || guard_stranger(c))
         return CR_REFUSED;
     c->state = CS_HEADER; /* the handshake timer keeps running from accept */
     return CR_NONE;

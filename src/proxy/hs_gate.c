@@ -34,7 +34,8 @@ int gate_user(struct conn *c, uint32_t idx)
     uint32_t uid = g->uid[idx];
     const struct user_limit *lim = g->lim[idx];
     double now = ev_now(pw->w->loop);
-    /* Started under an older generation: a user removed since is refused. */
+    /* Started under an older generation: a user removed since is refused (the one read of
+     * the worker's newest generation for a connection, on purpose). */
     const struct gen *cur = pw->gen;
     int r = (g != cur && (uid >= cur->nusers || !cur->live[uid]))
                 ? UR_COUNT
@@ -70,7 +71,7 @@ int gate_user(struct conn *c, uint32_t idx)
 enum store_gate gate_store(struct conn *c, const uint8_t *key, unsigned ttl_ms)
 {
     struct proxy_worker *pw = c->pw;
-    const struct options *o = pw->opt;
+    const struct options *o = &c->gen->opt;
     if (!o->rstore.on)
         return STORE_GO;
     if (!c->rs_verdict) {
