@@ -4,9 +4,11 @@
 
 #include <stdlib.h>
 
+#include "core/worker.h"
 #include "proxy/conn.h"
 #include "proxy/middle.h"
 #include "proxy/relay.h"
+#include "proxy/reload.h"
 
 /*
  * Calls go one way: conn_worker -> conn (the state machine, the only caller of conn_close
@@ -119,6 +121,11 @@ static inline void hbuf_free(struct conn *c)
 
 /* c is now known to be kind k: counted in total and while open. */
 void conn_set_kind(struct conn *c, enum conn_kind k);
+
+/* --- marks (conn_mark.c) ------------------------------------------------------------------ */
+
+/* Stops c's timers, takes it off the worker's waiters and batch lists and its ME link. */
+void conn_unhook(struct conn *c);
 
 /* --- closing (conn_close.c) -------------------------------------------------------------- */
 

@@ -1,25 +1,13 @@
-/* conn.c: the connection state machine (events in, verdicts out, the only caller of conn_close) and accept. */
+/* conn.c: the connection state machine (events in, verdicts out; it closes) and accept. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
 #include "proxy/tlslearn.h"
 
 static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);

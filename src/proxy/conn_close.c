@@ -1,26 +1,10 @@
-/* conn_close.c: the one way a connection ends (its log line, counters, frees), the close queue's drain, the log rate limit. */
+/* conn_close.c: the one way a connection ends (log line, counters, frees), the close queue. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/tlslearn.h"
 
 /* --- log rate limit ------------------------------------------------------------------------ */
 
@@ -81,16 +65,12 @@ static void closing_unlink(struct proxy_worker *pw, struct conn *c)
     c->close_next = NULL;
 }
 
-/* Ends a connection: logs once, counts, frees everything. The caller must not touch c
- * afterwards. Called by the state machine's entry points only (conn.c, the worker's sweep,
- * generation adoption and stop), and, until they return verdicts, by relay.c and middle.c. */
-int conn_close(struct conn *c, enum conn_reason r)
+/* The close line: one for the operator for a client that proved a secret (with
+ * log-connections), else debug for normal ends and silent connections, info (rate-limited for
+ * strangers) for the rest. */
+static void close_log(struct conn *c, enum conn_reason r)
 {
     struct proxy_worker *pw = c->pw;
-    if (c->closing) { /* marked before: closed now, with the reason it was marked for */
-        closing_unlink(pw, c);
-        r = (enum conn_reason)c->close_reason;
-    }
     const struct options *o = &c->gen->opt;
     if (c->uid >= 0 && o->log_connections && log_enabled(LOG_LVL_INFO)) {
         /* A client that proved a secret: one line for the operator (never a secret). */
@@ -111,7 +91,8 @@ int conn_close(struct conn *c, enum conn_reason r)
                               (r == CR_CLIENT_EARLY_EOF && c->hdr_len == 0))
                                  ? LOG_LVL_DEBUG
                                  : LOG_LVL_INFO;
-        if (log_enabled(lvl) && (lvl != LOG_LVL_INFO || c->authed || conn_loglim_allow(pw, (int)r))) {
+        if (log_enabled(lvl) &&
+            (lvl != LOG_LVL_INFO || c->authed || conn_loglim_allow(pw, (int)r))) {
             char peer[SOCK_ADDR_STRLEN];
             sock_addr_format(&c->peer, peer, sizeof peer);
             log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s, state %s), up %llu down %llu bytes",
@@ -120,6 +101,20 @@ int conn_close(struct conn *c, enum conn_reason r)
                     (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes);
         }
     }
+}
+
+/* Ends a connection: logs once, counts, frees everything. The caller must not touch c
+ * afterwards. Called by the state machine's entry points only (conn.c, the worker's sweep,
+ * generation adoption and stop), and, until they return verdicts, by relay.c and middle.c. */
+int conn_close(struct conn *c, enum conn_reason r)
+{
+    struct proxy_worker *pw = c->pw;
+    if (c->closing) { /* marked before: closed now, with the reason it was marked for */
+        closing_unlink(pw, c);
+        r = (enum conn_reason)c->close_reason;
+    }
+    close_log(c, r);
+    const struct options *o = &c->gen->opt;
     if (c->uid >= 0) {
         users_release(pw->users, (uint32_t)c->uid, &c->peer, ev_now(pw->w->loop));
         STAT_DEC(&c->us->active);
@@ -127,7 +122,6 @@ int conn_close(struct conn *c, enum conn_reason r)
             STAT_INC(&c->us->closed_limit);
     }
     handshake_done(c);
-    ev_timer_stop(pw->w->loop, &c->rate_timer);
     STAT_INC(&pw->stats.closed[r]);
     STAT_DEC(&pw->stats.active);
     int rst = o->rst_on_close;
@@ -139,13 +133,7 @@ int conn_close(struct conn *c, enum conn_reason r)
         STAT_DEC(&pw->stats.kind_active[c->kind]);
     stranger_done(c);
     reserve_release(c);
-    ev_timer_stop(pw->w->loop, &c->timer);
-    if (c->waiting_block)
-        waiters_remove(pw, c);
-    if (c->batched)
-        batch_remove(pw, c);
-    if (c->mc)
-        middle_detach(c);
+    conn_unhook(c);
     side_release(c, &c->cli);
     side_release(c, &c->dc);
     hbuf_free(c);

@@ -1,25 +1,11 @@
 /* conn_front.c: rejected clients: fronting to the real site, holding, unknown-SNI drops. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
 #include "proxy/tlslearn.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */

@@ -1,26 +1,7 @@
-/* conn_guard.c: admission guards: access list, accept-rate, strangers (probe-limit-per-ip), max-handshakes. */
+/* conn_guard.c: admission guards: access list, accept-rate, probe-limit-per-ip, max-handshakes. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/tlslearn.h"
 
 /* Counts a connection from a new address (at accept, or once a PROXY header named it).
  * Returns 1 (counted as refused) if its address has probe-limit-per-ip strangers already. */

@@ -1,4 +1,4 @@
-/* conn_mark.c: what any code may ask of a connection it is not handling: close it later, pause its reading, re-check accepting. */
+/* conn_mark.c: what code may ask of a connection it is not handling: close later, pause reads. */
 #include "proxy/conn_int.h"
 
 /* Pauses accepting while the connection slots or the buffer arena are used up. */
@@ -8,6 +8,19 @@ void conn_check_accept(struct proxy_worker *pw)
         worker_pause_accept(pw->w);
     else
         worker_resume_accept(pw->w);
+}
+
+void conn_unhook(struct conn *c)
+{
+    struct proxy_worker *pw = c->pw;
+    ev_timer_stop(pw->w->loop, &c->timer);
+    ev_timer_stop(pw->w->loop, &c->rate_timer);
+    if (c->waiting_block)
+        waiters_remove(pw, c);
+    if (c->batched)
+        batch_remove(pw, c);
+    if (c->mc)
+        middle_detach(c);
 }
 
 void conn_close_later(struct conn *c, enum conn_reason r)
@@ -21,14 +34,7 @@ void conn_close_later(struct conn *c, enum conn_reason r)
      * bytes from an ME link. */
     side_watch(c, &c->cli, 0);
     side_watch(c, &c->dc, 0);
-    ev_timer_stop(pw->w->loop, &c->timer);
-    ev_timer_stop(pw->w->loop, &c->rate_timer);
-    if (c->waiting_block)
-        waiters_remove(pw, c);
-    if (c->batched)
-        batch_remove(pw, c);
-    if (c->mc)
-        middle_detach(c);
+    conn_unhook(c);
     c->close_next = pw->closing;
     pw->closing = c;
     if (!ev_is_active(&pw->close_prepare))

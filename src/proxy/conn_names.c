@@ -1,26 +1,5 @@
-/* conn_names.c: names: close reasons, client kinds, states, DC slots, and the counters they index. */
+/* conn_names.c: names of close reasons, kinds, states, DC slots, and the counters they index. */
 #include "proxy/conn_int.h"
-
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
-#include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/tlslearn.h"
 
 static const char *const reason_names[CR_COUNT] = {
     [CR_DONE] = "done",

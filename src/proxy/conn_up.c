@@ -1,26 +1,12 @@
-/* conn_up.c: upstream connect: a DC (or the fronting target) address by address, through socks5 if set. */
+/* conn_up.c: upstream connect: a DC (or the fronting target) address by address, via socks5. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/tlslearn.h"
 
 /* The address of upstream attempt i: a DC address, or the fronting target. */
 static const struct sock_addr *up_target_addr(const struct conn *c, int i)

@@ -1,25 +1,14 @@
-/* conn_worker.c: the worker's life: set-up, stop, the sweep, cipher parking, configuration generations. */
+/* conn_worker.c: the worker's life: set-up, stop, the sweep, cipher parking, generations. */
 #include "proxy/conn_int.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
 #include "proxy/tlslearn.h"
 
 /* Hands back the cipher contexts of connections that moved no byte for CONN_PARK_IDLE
@@ -149,18 +138,10 @@ void proxy_on_stop(struct worker *w)
 
 /* --- worker setup ---------------------------------------------------------------------- */
 
-int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
-                      struct users *users, struct replay *replay, int nworkers)
+/* The worker's share of the process-wide budgets: connection slots, buffer blocks (relays'
+ * and fronted connections'), hello buffers, the strangers table. Returns 0, or -1. */
+static int worker_budgets(struct proxy_worker *pw, const struct options *opt, int nworkers)
 {
-    memset(pw, 0, sizeof *pw);
-    const struct options *opt = &g->opt;
-    const struct dc_table *dcs = &g->dcs;
-    pw->w = w;
-    pw->users = users;
-    pw->nworkers = nworkers;
-    pw->replay = replay;
-    if (crypto_random(&pw->rng, sizeof pw->rng) || !pw->rng)
-        pw->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)pw;
     size_t per_conns = ((size_t)opt->max_connections + (size_t)nworkers - 1) / (size_t)nworkers;
     pool_init(&pw->conns, sizeof(struct conn), per_conns);
     size_t max_blocks = 0;
@@ -182,6 +163,23 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
         if (ipcount_init(&pw->strangers, per_conns))
             return -1;
     }
+    return 0;
+}
+
+int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
+                      struct users *users, struct replay *replay, int nworkers)
+{
+    memset(pw, 0, sizeof *pw);
+    const struct options *opt = &g->opt;
+    const struct dc_table *dcs = &g->dcs;
+    pw->w = w;
+    pw->users = users;
+    pw->nworkers = nworkers;
+    pw->replay = replay;
+    if (crypto_random(&pw->rng, sizeof pw->rng) || !pw->rng)
+        pw->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)pw;
+    if (worker_budgets(pw, opt, nworkers))
+        return -1;
     relay_init(pw);
     pw->pipes_cap = PROXY_PIPES_PER_WORKER;
     pw->pipes = calloc((size_t)pw->pipes_cap, sizeof *pw->pipes);

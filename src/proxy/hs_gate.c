@@ -1,26 +1,7 @@
 /* hs_gate.c: handshake gates: the fleet replay store and user admission (limits). */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include "core/log.h"
-#include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/tlslearn.h"
 
 /* --- users: limits at admission --------------------------------------------------------- */
 

@@ -1,26 +1,10 @@
 /* hs_obfs2.c: handshake: the obfuscated2 header checked, keys set up, the upstream started. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include "core/log.h"
 #include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/tlslearn.h"
 
 /* Parses c->hdr: inside FakeTLS against the secret that signed the hello (padded only),
  * else against every secret (only the one that matched before, once the store answered). */

@@ -1,25 +1,14 @@
-/* hs_tls.c: handshake: FakeTLS hello checked and answered, the obfuscated2 header read from records. */
+/* hs_tls.c: handshake: a FakeTLS hello checked and answered, the header read from records. */
 #include "proxy/conn_int.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
 #include "core/replay.h"
-#include "proto/proxyproto.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
 #include "proxy/tlslearn.h"
 
 /* --- FakeTLS handshake ------------------------------------------------------------------- */
