@@ -1,4 +1,4 @@
-/* test_handshake.c: the handshake's steps return verdicts: client kinds, rejections, split reads. */
+/* test_handshake.c: the handshake steps return verdicts: client kinds, rejections, split reads. */
 #include "proxy/conn_int.h"
 
 #include <arpa/inet.h>
@@ -11,9 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "../tools/tlsclient.h"
 
 #define K1 "00112233445566778899aabbccddeef1"
 #define K2 "00112233445566778899aabbccddeef2"
@@ -269,12 +272,105 @@ static void test_proxy_header(void **state)
     fx_free(f);
 }
 
+#define EE_DOMAIN "www.example.com"
+#define EE_SECRET "secret = t:ee" K2 "7777772e6578616d706c652e636f6d\n"
+
+/* The 16-byte key of the ee secret above. */
+static void ee_key(uint8_t key[16])
+{
+    struct secret s;
+    char err[128];
+    assert_int_equal(secret_parse("t", "ee" K2 "7777772e6578616d706c652e636f6d", &s, err,
+                                  sizeof err),
+                     0);
+    memcpy(key, s.key, 16);
+}
+
+/* A valid hello in two reads: TLS_HELLO waits, then the answer goes out (a ServerHello signed
+ * for this client) and the connection reads the header inside records (TLS_HEADER). */
+static void test_tls_answered(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(EE_SECRET, "");
+    struct conn *c = fx_accept(f);
+    uint8_t key[16], hello[TLSC_HELLO_MAX];
+    ee_key(key);
+    size_t n = tlsc_build_hello(hello, sizeof hello, key, EE_DOMAIN, (uint32_t)time(NULL));
+    assert_true(n > 100);
+    fx_send(f, hello, 100);
+    assert_int_equal(hs_first_read(c), CR_NONE);
+    assert_int_equal(c->state, CS_TLS_HELLO);
+    fx_send(f, hello + 100, n - 100);
+    assert_int_equal(hs_tls_hello_read(c), CR_NONE);
+    assert_int_equal(c->state, CS_TLS_HEADER);
+    assert_int_equal(c->authed, 1);
+    assert_int_equal(c->tls, 1);
+    assert_int_equal(STAT_GET(&f->pw.stats.tls_handshakes), 1);
+    static uint8_t resp[16384];
+    ssize_t r = recv(f->client, resp, sizeof resp, 0);
+    assert_true(r > 0);
+    char why[128];
+    if (tlsc_check_server_hello(resp, (size_t)r, key, hello + TLSC_RANDOM_OFF, why, sizeof why))
+        fail_msg("%s", why);
+    /* a record that is not application data, after our answer: too late to front */
+    fx_send(f, "\x15\x03\x03\x00\x02\x02\x28", 7);
+    assert_int_equal(hs_tls_header_read(c, EV_READ), CR_CLIENT_PROTOCOL);
+    fx_close(f, CR_CLIENT_PROTOCOL);
+    fx_free(f);
+}
+
+/* A hello signed with another key is not answered: held (nothing to front to). */
+static void test_tls_bad_hmac(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(EE_SECRET, "");
+    struct conn *c = fx_accept(f);
+    uint8_t key[16], hello[TLSC_HELLO_MAX];
+    ee_key(key);
+    key[0] ^= 1;
+    size_t n = tlsc_build_hello(hello, sizeof hello, key, EE_DOMAIN, (uint32_t)time(NULL));
+    fx_send(f, hello, n);
+    assert_int_equal(hs_first_read(c), CR_NONE); /* the first 64 bytes: a TLS record */
+    assert_int_equal(c->state, CS_TLS_HELLO);
+    assert_int_equal(hs_tls_hello_read(c), CR_NONE);
+    assert_int_equal(c->state, CS_HOLD);
+    assert_int_equal(c->authed, 0);
+    uint8_t b;
+    assert_int_equal(recv(f->client, &b, 1, 0), -1); /* no answer */
+    fx_close(f, CR_BAD_HEADER);
+    fx_free(f);
+}
+
+/* unknown-sni = reject: a hello naming none of our domains gets the alert, and the verdict
+ * closes it. */
+static void test_tls_unknown_sni(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(EE_SECRET, "unknown-sni = reject\n");
+    struct conn *c = fx_accept(f);
+    uint8_t key[16], hello[TLSC_HELLO_MAX];
+    ee_key(key);
+    size_t n =
+        tlsc_build_hello(hello, sizeof hello, key, "other.example.net", (uint32_t)time(NULL));
+    fx_send(f, hello, n);
+    assert_int_equal(hs_first_read(c), CR_NONE);
+    assert_int_equal(hs_tls_hello_read(c), CR_UNKNOWN_SNI);
+    uint8_t alert[7];
+    assert_int_equal(recv(f->client, alert, sizeof alert, 0), 7);
+    assert_memory_equal(alert, "\x15\x03\x03\x00\x02\x02\x70", 7);
+    assert_int_equal(STAT_GET(&f->pw.stats.unknown_sni), 1);
+    fx_close(f, CR_UNKNOWN_SNI);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_obfs2_split),    cmocka_unit_test(test_obfs2_padded),
         cmocka_unit_test(test_early_eof),      cmocka_unit_test(test_rejected_held),
         cmocka_unit_test(test_tls_only_rejects), cmocka_unit_test(test_proxy_header),
+        cmocka_unit_test(test_tls_answered),   cmocka_unit_test(test_tls_bad_hmac),
+        cmocka_unit_test(test_tls_unknown_sni),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
