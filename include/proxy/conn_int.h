@@ -11,18 +11,24 @@
 #include "proxy/reload.h"
 
 /*
- * Calls go one way: conn_worker -> conn (the state machine, the only caller of conn_close
- * besides the worker's sweep and generation adoption) -> hs_first -> hs_tls -> hs_obfs2 ->
- * hs_gate / conn_front -> conn_up -> relay, middle; everything may call conn_guard,
- * conn_close (conn_close_later, the log rate limit) and conn_names.
+ * Calls go one way (tests/check_layers.py checks there is no circle):
+ *   conn_worker (the worker's life, its sweep and generation adoption close connections)
+ *   -> conn (the state machine: events in, verdicts out, conn_close on a reason; accept)
+ *   -> hs_first -> hs_tls -> hs_obfs2 -> hs_gate, conn_front -> conn_up -> relay, middle
+ *   and from any of them down to conn_guard, conn_names, conn_close (conn_close, the log
+ *   rate limit) -> conn_mark (conn_close_later, conn_rate_pause, conn_check_accept).
+ * relay.c and middle.c call conn_close (until they return verdicts) and conn_mark.c: the
+ * edges tests/layers_allow.txt lists.
  */
 
 /* --- verdicts ---------------------------------------------------------------------------- */
 
-/* A step's verdict is an enum conn_reason: CR_NONE to go on, else the reason the state
- * machine closes the connection with. CR_GONE: the connection was closed already by a callee
- * in relay.c or middle.c that still closes it itself (until those return verdicts: then these
- * wrappers become plain calls and CR_GONE goes). Nothing is left to do with it. */
+/* A step's verdict is an enum conn_reason: CR_NONE to go on (the step moved c to the state it
+ * wanted), else the reason the state machine closes the connection with. CR_GONE: closed
+ * already by a callee in relay.c or middle.c that still closes it itself; nothing is left to
+ * do with it. The conn_* wrappers below are the only places that call those: when relay.c
+ * and middle.c return verdicts (branch relayv) each becomes `return callee(...)`, the
+ * middle_attach one keeps up_middle's state/timer after it, and CR_GONE goes. */
 #define CR_GONE ((enum conn_reason)-2)
 
 /* 1 if verdict r ends the step: a reason to close, or closed already. */
@@ -183,7 +189,11 @@ enum conn_reason front_hold_read(struct conn *c);
 
 enum store_gate { STORE_GO = 0, STORE_WAIT, STORE_REPLAY };
 
+/* A client proved secret idx (of c->gen): 0 if its user is admitted (c->uid, c->us, c->lim
+ * set), -1 if refused by a limit (counted, logged; the caller rejects it). */
 int gate_user(struct conn *c, uint32_t idx);
+/* The fleet's replay store on a handshake's 16 identifying bytes: GO, WAIT (c now in
+ * STORE_WAIT, the check runs again with the answer) or REPLAY. */
 enum store_gate gate_store(struct conn *c, const uint8_t *key, unsigned ttl_ms);
 
 /* --- handshake (hs_obfs2.c, hs_tls.c, hs_first.c) ---------------------------------------- */

@@ -10,8 +10,6 @@
 #include "core/log.h"
 #include "proxy/tlslearn.h"
 
-static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents);
-
 /* --- verdicts ------------------------------------------------------------------------- */
 
 /* The one place a step's verdict takes effect: a close reason ends c; CR_NONE (go on: the
