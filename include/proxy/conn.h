@@ -1,5 +1,4 @@
-/* conn.h: the proxy's per-worker state and the client connection's public calls (its types:
- * proxy/conn_types.h). */
+/* conn.h: the proxy's per-worker state and a connection's public calls (types: conn_types.h). */
 #ifndef MTPROXY_PROXY_CONN_H
 #define MTPROXY_PROXY_CONN_H
 

@@ -1,5 +1,4 @@
-/* conn_types.h: a client connection's types (states, close reasons, kinds, its two sides,
- * struct conn), including only what their layouts need. */
+/* conn_types.h: a connection's types (states, reasons, kinds, sides, struct conn), lean. */
 #ifndef MTPROXY_PROXY_CONN_TYPES_H
 #define MTPROXY_PROXY_CONN_TYPES_H
 
