@@ -21,6 +21,7 @@
 #include "proxy/conn.h"
 #include "proxy/dialer.h"
 #include "proxy/relay.h"
+#include "proxy/reload.h"
 
 #define ME_HANDSHAKE_TIMEOUT 5.0 /* connect + nonce + handshake */
 #define ME_BACKOFF_MIN 0.5

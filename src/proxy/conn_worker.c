@@ -1,0 +1,237 @@
+/* conn_worker.c: the worker's life: set-up, stop, the sweep, cipher parking, generations. */
+#include "proxy/conn_int.h"
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "proxy/tlslearn.h"
+
+/* Hands back the cipher contexts of connections that moved no byte for CONN_PARK_IDLE
+ * seconds (the next byte takes one again), and the freed memory to the system. */
+static void ciphers_park_idle(struct proxy_worker *pw, double now)
+{
+    int freed = 0;
+    for (struct conn *c = pw->live; c; c = c->next) {
+        if (c->state != CS_RELAY || now - c->last_io < CONN_PARK_IDLE)
+            continue;
+        int held = 0;
+        for (int i = 0; i < 4; i++) {
+            held |= c->ctr[i].ctx != NULL;
+            freed += crypto_ctr_park(&c->ctr[i]);
+        }
+        if (held)
+            STAT_INC(&pw->stats.ctr_parked);
+    }
+#ifdef __GLIBC__
+    if (freed >= 64)
+        malloc_trim(0); /* glibc keeps freed chunks mapped; the contexts were ~0.9 KB each */
+#endif
+}
+
+/* Every second: live connections of users whose quota ran out (on any worker) or who expired
+ * are ended. */
+static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct proxy_worker *pw = t->data;
+    double now = ev_now(loop);
+    ciphers_park_idle(pw, now);
+    for (struct conn *c = pw->live, *next; c; c = next) {
+        next = c->next;
+        const struct user_limit *l = c->lim;
+        if (!l || c->uid < 0)
+            continue;
+        struct user_shared *us = users_shared(pw->users, (uint32_t)c->uid);
+        if ((l->quota && shared64_load(&us->used) >= l->quota) ||
+            (l->expires && now >= (double)l->expires))
+            conn_close(c, CR_LIMIT);
+    }
+}
+
+/* Worker thread: switches to the generation main posted. */
+static void gen_adopt(struct proxy_worker *pw, struct gen *g)
+{
+    struct gen *old = pw->gen;
+    const struct options *o = &g->opt;
+    pw->gen = g;
+    pw->opt = o;
+    pw->dcs = &g->dcs;
+    pw->masks = &g->masks;
+    pw->acl = &g->acl;
+    pw->tls_enabled = 0;
+    for (int i = 0; i < o->nsecrets; i++)
+        pw->tls_enabled |= o->allow_ee && o->secrets[i].kind == SECRET_EE;
+    pw->accepts_max = (uint32_t)((o->accept_rate + (unsigned)pw->nworkers - 1) /
+                                 (unsigned)pw->nworkers);
+    /* Pieces set up at start keep their settings (restart keys); they point at the new copy. */
+    pw->rstore.cfg = &o->rstore;
+    if (pw->dcpool.socks)
+        pw->dcpool.socks = &o->socks5;
+    if (old && (old->dcs.n != g->dcs.n || memcmp(old->dcs.e, g->dcs.e, sizeof g->dcs.e)) &&
+        o->dc_pool && !o->middle) {
+        /* A new DC table: the pool of idle pre-connected sockets starts over (no client
+         * holds a pool socket: a claimed one belongs to its connection). */
+        struct dcpool_stats keep = pw->dcpool.stats;
+        dcpool_stop(&pw->dcpool);
+        dcpool_destroy(&pw->dcpool);
+        dcpool_init(&pw->dcpool, pw->w->loop, &g->dcs, o->dc_pool, &pw->sockopts,
+                    o->connect_timeout_ms / 1000.0, o->socks5_on ? &o->socks5 : NULL,
+                    &o->socks5_addr);
+        pw->dcpool.stats = keep;
+    } else {
+        pw->dcpool.dcs = &g->dcs;
+    }
+    if (old) { /* users the new generation does not have lose their connections */
+        for (struct conn *c = pw->live, *next; c; c = next) {
+            next = c->next;
+            if (c->uid >= 0 && ((uint32_t)c->uid >= g->nusers || !g->live[c->uid]))
+                conn_close(c, CR_USER_REMOVED);
+        }
+    }
+    middle_adopt(pw, g, old); /* another ME table: links to it, the old ones drain */
+    gen_unref(old);
+}
+
+static void proxy_on_cmd(struct worker *w, int cmd)
+{
+    struct proxy_worker *pw = w->ctx;
+    if (cmd & PROXY_CMD_GEN) {
+        struct gen *g = atomic_exchange(&pw->next_gen, NULL);
+        if (g)
+            gen_adopt(pw, g);
+    }
+}
+
+void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
+{
+    gen_ref(g);
+    struct gen *prev = atomic_exchange(&pw->next_gen, g);
+    gen_unref(prev); /* a generation the worker never took: superseded */
+    worker_post(pw->w, PROXY_CMD_GEN);
+}
+
+void proxy_on_stop(struct worker *w)
+{
+    struct proxy_worker *pw = w->ctx;
+    dcpool_stop(&pw->dcpool);
+    rstore_stop(&pw->rstore);
+    relay_stop(pw);
+    while (pw->live)
+        conn_close(pw->live, CR_SHUTDOWN);
+    ev_prepare_stop(w->loop, &pw->close_prepare);
+    middle_stop(pw);
+    ev_timer_stop(w->loop, &pw->loglim_timer);
+    ev_timer_stop(w->loop, &pw->sweep_timer);
+    if (pw->learn && w->id == 0)
+        tlslearn_stop(pw->learn);
+    crypto_thread_cleanup(); /* the thread's one-shot cipher context */
+}
+
+/* --- worker setup ---------------------------------------------------------------------- */
+
+/* The worker's share of the process-wide budgets: connection slots, buffer blocks (relays'
+ * and fronted connections'), hello buffers, the strangers table. Returns 0, or -1. */
+static int worker_budgets(struct proxy_worker *pw, const struct options *opt, int nworkers)
+{
+    size_t per_conns = ((size_t)opt->max_connections + (size_t)nworkers - 1) / (size_t)nworkers;
+    pool_init(&pw->conns, sizeof(struct conn), per_conns);
+    size_t max_blocks = 0;
+    if (opt->buffer_memory) {
+        max_blocks = opt->buffer_memory / (size_t)nworkers / opt->block_size;
+        if (max_blocks < ARENA_SLAB_BLOCKS)
+            max_blocks = ARENA_SLAB_BLOCKS;
+    }
+    size_t mask_max = opt->mask_buffer_memory / (size_t)nworkers / opt->block_size;
+    if (mask_max < ARENA_SLAB_BLOCKS)
+        mask_max = ARENA_SLAB_BLOCKS;
+    pw->relay_blocks_max = max_blocks;
+    pw->mask_blocks_max = mask_max;
+    pw->hbuf_max = opt->mask_buffer_memory / (size_t)nworkers;
+    arena_init(&pw->arena, opt->block_size, max_blocks ? max_blocks + mask_max : 0,
+               ARENA_SLAB_BLOCKS * 2);
+    if (opt->probe_limit_per_ip) {
+        pw->strangers_max = (uint32_t)((opt->probe_limit_per_ip + nworkers - 1) / nworkers);
+        if (ipcount_init(&pw->strangers, per_conns))
+            return -1;
+    }
+    return 0;
+}
+
+int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
+                      struct users *users, struct replay *replay, int nworkers)
+{
+    memset(pw, 0, sizeof *pw);
+    const struct options *opt = &g->opt;
+    const struct dc_table *dcs = &g->dcs;
+    pw->w = w;
+    pw->users = users;
+    pw->nworkers = nworkers;
+    pw->replay = replay;
+    if (crypto_random(&pw->rng, sizeof pw->rng) || !pw->rng)
+        pw->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)pw;
+    if (worker_budgets(pw, opt, nworkers))
+        return -1;
+    relay_init(pw);
+    pw->pipes_cap = PROXY_PIPES_PER_WORKER;
+    pw->pipes = calloc((size_t)pw->pipes_cap, sizeof *pw->pipes);
+    if (!pw->pipes)
+        return -1;
+    pw->pipe_size = (int)opt->max_buffer;
+    pw->sockopts.nodelay = opt->tcp_nodelay;
+    pw->sockopts.keepalive_s = (int)(opt->tcp_keepalive_ms / 1000);
+    pw->sockopts.sndbuf = (int)opt->sndbuf;
+    pw->sockopts.rcvbuf = (int)opt->rcvbuf;
+    /* middle mode never dials a DC: no pool (the dc-pool key applies to direct mode) */
+    if (dcpool_init(&pw->dcpool, w->loop, dcs, opt->middle ? 0 : opt->dc_pool, &pw->sockopts,
+                    opt->connect_timeout_ms / 1000.0, opt->socks5_on ? &opt->socks5 : NULL,
+                    &opt->socks5_addr))
+        return -1;
+    rstore_init(&pw->rstore, w->loop, &opt->rstore);
+    pw->store_answer = conn_store_answer;
+    ev_prepare_init(&pw->close_prepare, conn_close_prepare);
+    pw->close_prepare.data = pw;
+    ev_init(&pw->loglim_timer, conn_loglim_timer);
+    pw->loglim_timer.data = pw;
+    ev_timer_init(&pw->sweep_timer, on_sweep_timer, 1.0, 1.0);
+    pw->sweep_timer.data = pw;
+    ev_timer_start(w->loop, &pw->sweep_timer);
+    if (opt->max_handshakes)
+        pw->handshakes_max = (uint32_t)((opt->max_handshakes + nworkers - 1) / nworkers);
+    gen_ref(g);
+    gen_adopt(pw, g);
+    w->on_cmd = proxy_on_cmd;
+    w->ctx = pw;
+    w->on_accept = proxy_on_accept;
+    w->on_stop = proxy_on_stop;
+    return 0;
+}
+
+static void conn_free_ciphers(void *obj)
+{
+    struct conn *c = obj;
+    for (int i = 0; i < 4; i++)
+        crypto_ctr_wipe(&c->ctr[i]);
+}
+
+void proxy_worker_destroy(struct proxy_worker *pw)
+{
+    dcpool_destroy(&pw->dcpool);
+    middle_destroy(pw);
+    pool_destroy(&pw->conns, conn_free_ciphers);
+    for (int i = 0; i < pw->npipes; i++) {
+        close(pw->pipes[i][0]);
+        close(pw->pipes[i][1]);
+    }
+    free(pw->pipes);
+    pw->pipes = NULL;
+    arena_destroy(&pw->arena);
+    ipcount_free(&pw->strangers);
+    ipcount_free(&pw->accepts);
+    gen_unref(atomic_exchange(&pw->next_gen, NULL));
+    gen_unref(pw->gen);
+    pw->gen = NULL;
+}
