@@ -159,12 +159,10 @@ int guard_acl(struct proxy_worker *pw, const struct acl *acl, const struct sock_
 
 /* --- upstream connect (conn_up.c) -------------------------------------------------------- */
 
-/* 1 if this connection's upstream goes through the socks5 server. */
-int up_via_socks(const struct conn *c);
 /* CONNECTING: the next candidate address (also after a wait for a free descriptor). */
 enum conn_reason up_connect_next(struct conn *c);
 /* CONNECTING: the upstream socket is ready (connected, failed, or socks5 bytes came). */
-enum conn_reason up_event(struct conn *c);
+enum conn_reason up_event(struct conn *c, int revents);
 /* CONNECTING: the deadline came (a wait for a free descriptor, or the attempt timed out). */
 enum conn_reason up_timeout(struct conn *c);
 /* Leaves the handshake for CONNECTING: a pooled DC socket, or the first address. */

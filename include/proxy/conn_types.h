@@ -9,7 +9,7 @@
 #include "crypto/crypto.h" /* struct crypto_ctr */
 #include "proto/faketls.h" /* struct faketls_deframer */
 #include "proto/obfs2.h"   /* OBFS2_HDR_LEN */
-#include "proxy/socks.h"   /* struct socks_dial */
+#include "proxy/dialer.h"  /* struct dial */
 
 struct arena_block;
 struct gen;
@@ -163,7 +163,7 @@ struct conn {
     struct faketls_deframer defr; /* tls: client records -> payload */
     int dc_first, dc_count, dc_try; /* candidate addresses in the dc table */
     uint16_t fd_waits;         /* 100 ms waits for a free descriptor to connect upstream */
-    struct socks_dial sd;      /* CONNECTING through socks5: the handshake's progress */
+    struct dial dial;          /* CONNECTING: the upstream attempt's progress */
     uint8_t rs_verdict;        /* replay-store answer for this handshake (enum rstore_verdict
                                 * + 1), 0 = not asked yet */
     uint8_t rs_resume;         /* STORE_WAIT: the state to go back to with the answer */

@@ -26,23 +26,20 @@ enum socks_step {
 enum socks_result { SOCKS_DIAL_DONE = 0, SOCKS_DIAL_WAIT = 1, SOCKS_DIAL_FAIL = -1 };
 
 /* Starts the handshake once the TCP connect to the server succeeded: sends the greeting.
- * Returns WAIT (watch fd for reading, then call socks_dial_read), or FAIL with *why. */
+ * Returns WAIT (watch fd for reading, then call socks_dial_read_bound), or FAIL with *why. */
 enum socks_result socks_dial_start(struct socks_dial *d, int fd, const struct socks5_server *srv,
                                    const char **why);
-
-/* Reads what the server sent and answers it. target (with its port) is where the server is
- * asked to connect. Reads exactly the handshake's bytes, never the target's first bytes.
- * Returns DONE (the socket now talks to the target), WAIT (read again when readable), or FAIL
- * with *why (for a refused CONNECT, the RFC 1928 text of the reply code; *code set). */
-enum socks_result socks_dial_read(struct socks_dial *d, int fd, const struct socks5_server *srv,
-                                  const struct sockaddr *target, const char **why, int *code);
 
 /* The reply's BND.ADDR and BND.PORT (RFC 1928: the address the server connected from), raw:
  * [0] ATYP, then the address (4 or 16 bytes) and the port. */
 #define SOCKS_BOUND_LEN 19
 
-/* socks_dial_read that also keeps the reply's bound address in bound (SOCKS_BOUND_LEN bytes,
- * kept by the caller across calls; filled for IPv4/IPv6 replies). */
+/* Reads what the server sent and answers it. target (with its port) is where the server is
+ * asked to connect. Reads exactly the handshake's bytes, never the target's first bytes.
+ * Returns DONE (the socket now talks to the target), WAIT (read again when readable), or FAIL
+ * with *why (for a refused CONNECT, the RFC 1928 text of the reply code; *code set). bound
+ * (NULL, or SOCKS_BOUND_LEN bytes kept by the caller across calls) gets the reply's bound
+ * address (filled for IPv4/IPv6 replies). */
 enum socks_result socks_dial_read_bound(struct socks_dial *d, int fd,
                                         const struct socks5_server *srv,
                                         const struct sockaddr *target, const char **why,

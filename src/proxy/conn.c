@@ -85,7 +85,7 @@ static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
     if (c->closing)
         return;
     if (c->state == CS_CONNECTING)
-        conn_verdict(c, up_event(c));
+        conn_verdict(c, up_event(c, revents));
     else if (c->state == CS_RELAY)
         conn_verdict(c, conn_relay_event(c, &c->dc, revents));
 }

@@ -27,33 +27,35 @@ static void up_log_attempt(struct conn *c, const struct sock_addr *a, int err)
               err ? strerror(err) : "timed out");
 }
 
-/* 1 if this connection's upstream goes through the socks5 server. */
-int up_via_socks(const struct conn *c)
+/* Where upstream attempt i goes: through the socks5 server of the connection's own generation
+ * when it applies to this mode (the dialer does the TCP connect and the SOCKS5 steps). */
+static struct dial_to up_to(const struct conn *c, int i)
 {
     const struct options *o = &c->gen->opt;
-    return o->socks5_on && (c->mode == CONN_MODE_MTPROTO || o->socks5_mask);
+    int socks = o->socks5_on && (c->mode == CONN_MODE_MTPROTO || o->socks5_mask);
+    return (struct dial_to){.target = up_target_addr(c, i), .socks = socks ? &o->socks5 : NULL,
+                            .socks_addr = &o->socks5_addr, .opts = &c->pw->sockopts};
 }
 
-/* Starts connecting to the next candidate address (through the socks5 server, whose TCP
- * connect comes first, if configured). Returns CR_NONE (connecting, or waiting for a free
- * descriptor), or the reason every address failed. */
+/* Starts connecting to the next candidate address. Returns CR_NONE (connecting, or waiting
+ * for a free descriptor), or the reason every address failed. */
 enum conn_reason up_connect_next(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
     while (c->dc_try < c->dc_count) {
-        const struct sock_addr *target = up_target_addr(c, c->dc_try++);
-        const struct sock_addr *a = up_via_socks(c) ? &c->gen->opt.socks5_addr : target;
-        c->sd.step = SOCKS_STEP_NONE;
-        int fd = sock_connect(a, &pw->sockopts);
+        struct dial_to to = up_to(c, c->dc_try++);
+        struct dial_result r;
+        int fd = -1;
+        enum dial_verdict v = dial_start(&c->dial, &to, &fd, &r);
         /* Out of descriptors although one was released for this socket (another worker took
          * it): the worker's spare goes to this accepted client, not to a new one. */
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && !worker_reserve_spend(pw->w))
-            fd = sock_connect(a, &pw->sockopts);
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        if (v == DIAL_NO_FD && !worker_reserve_spend(pw->w))
+            v = dial_start(&c->dial, &to, &fd, &r);
+        if (v == DIAL_NO_FD) {
             /* Still out of descriptors: not this address's fault. The client waits (and new
              * ones wait in the backlog) until one frees, within the connect timeout. */
             c->dc_try--;
-            worker_backoff_accept(pw->w, errno);
+            worker_backoff_accept(pw->w, r.err);
             if (++c->fd_waits * 100u > c->gen->opt.connect_timeout_ms) {
                 STAT_INC(&pw->stats.dc_connect_fails);
                 break;
@@ -61,9 +63,9 @@ enum conn_reason up_connect_next(struct conn *c)
             timer_arm(c, 0.1);
             return CR_NONE;
         }
-        if (fd < 0) {
+        if (v == DIAL_FAIL) {
             STAT_INC(&pw->stats.dc_connect_fails);
-            up_log_attempt(c, target, errno);
+            up_log_attempt(c, to.target, r.err);
             continue;
         }
         c->dc.fd = fd;
@@ -76,67 +78,37 @@ enum conn_reason up_connect_next(struct conn *c)
     return c->mode == CONN_MODE_MASK ? CR_MASK_UNREACHABLE : CR_DC_UNREACHABLE;
 }
 
-/* Closes the current upstream attempt and goes on with the next address. */
-static enum conn_reason up_drop_attempt(struct conn *c)
+/* Drops the current attempt (failed, or timed out when r is NULL): counted, said why, and
+ * the next address. */
+static enum conn_reason up_retry(struct conn *c, const struct dial_to *to,
+                                 const struct dial_result *r)
 {
+    struct proxy_worker *pw = c->pw;
+    STAT_INC(&pw->stats.dc_connect_fails);
+    if (r && r->socks) { /* the server's own reason for a refused CONNECT, if it gave one */
+        STAT_INC(&pw->stats.socks_fails);
+        if (log_enabled(LOG_LVL_INFO)) {
+            char t[SOCK_ADDR_STRLEN], sv[SOCK_ADDR_STRLEN];
+            sock_addr_format(to->target, t, sizeof t);
+            sock_addr_format(to->socks_addr, sv, sizeof sv);
+            const char *kind = c->mode == CONN_MODE_MASK ? "mask" : "dc";
+            if (r->code > 0)
+                log_info("w%d conn %llu: socks5 %s refused %s %s: %s (reply %d)", pw->w->id,
+                         (unsigned long long)c->id, sv, kind, t, r->why, r->code);
+            else
+                log_info("w%d conn %llu: socks5 %s, connecting %s %s: %s", pw->w->id,
+                         (unsigned long long)c->id, sv, kind, t, r->why);
+        }
+    } else {
+        up_log_attempt(c, to->target, r ? r->err : 0);
+    }
     side_watch(c, &c->dc, 0);
     close(c->dc.fd);
     c->dc.fd = -1;
     return up_connect_next(c);
 }
 
-/* Drops the current attempt (failed or timed out) and tries the next address. */
-static enum conn_reason up_retry(struct conn *c, int err)
-{
-    STAT_INC(&c->pw->stats.dc_connect_fails);
-    up_log_attempt(c, up_target_addr(c, c->dc_try - 1), err);
-    return up_drop_attempt(c);
-}
-
-/* The socks5 handshake failed for this attempt: say why (the server's own reason for a
- * refused CONNECT), then the next address. */
 static enum conn_reason up_established(struct conn *c);
-
-static enum conn_reason up_socks_failed(struct conn *c, const char *why, int code)
-{
-    struct proxy_worker *pw = c->pw;
-    STAT_INC(&pw->stats.dc_connect_fails);
-    STAT_INC(&pw->stats.socks_fails);
-    if (log_enabled(LOG_LVL_INFO)) {
-        char t[SOCK_ADDR_STRLEN], sv[SOCK_ADDR_STRLEN];
-        sock_addr_format(up_target_addr(c, c->dc_try - 1), t, sizeof t);
-        sock_addr_format(&c->gen->opt.socks5_addr, sv, sizeof sv);
-        if (code > 0)
-            log_info("w%d conn %llu: socks5 %s refused %s %s: %s (reply %d)", pw->w->id,
-                     (unsigned long long)c->id, sv, c->mode == CONN_MODE_MASK ? "mask" : "dc", t,
-                     why, code);
-        else
-            log_info("w%d conn %llu: socks5 %s, connecting %s %s: %s", pw->w->id,
-                     (unsigned long long)c->id, sv, c->mode == CONN_MODE_MASK ? "mask" : "dc", t,
-                     why);
-    }
-    return up_drop_attempt(c);
-}
-
-/* CONNECTING through socks5: the server's TCP connect succeeded (start) or it sent bytes. */
-static enum conn_reason up_socks_step(struct conn *c)
-{
-    const struct options *o = &c->gen->opt;
-    const char *why = "socks5: handshake failed";
-    int code = 0;
-    enum socks_result r =
-        c->sd.step == SOCKS_STEP_NONE
-            ? socks_dial_start(&c->sd, c->dc.fd, &o->socks5, &why)
-            : socks_dial_read(&c->sd, c->dc.fd, &o->socks5, &up_target_addr(c, c->dc_try - 1)->u.sa,
-                              &why, &code);
-    if (r == SOCKS_DIAL_FAIL)
-        return up_socks_failed(c, why, code);
-    if (r == SOCKS_DIAL_WAIT) {
-        side_watch(c, &c->dc, EV_READ);
-        return CR_NONE;
-    }
-    return up_established(c);
-}
 
 /* The upstream socket is connected: what is queued for it (our obfuscated2 header and any
  * early client bytes, or the replayed probe) goes out, and the relay starts (CS_RELAY). */
@@ -215,21 +187,25 @@ enum conn_reason up_middle(struct conn *c, uint8_t *extra, size_t n)
     return CR_NONE;
 }
 
-enum conn_reason up_event(struct conn *c)
+/* CONNECTING: an event on the upstream socket moves the dial on. */
+enum conn_reason up_event(struct conn *c, int revents)
 {
-    if (up_via_socks(c) && c->sd.step != SOCKS_STEP_NONE)
-        return up_socks_step(c);
-    int err = sock_connect_result(c->dc.fd);
-    if (err)
-        return up_retry(c, err);
-    if (up_via_socks(c))
-        return up_socks_step(c);
-    return up_established(c);
+    struct dial_to to = up_to(c, c->dc_try - 1);
+    struct dial_result r;
+    enum dial_verdict v = dial_step(&c->dial, c->dc.fd, &to, revents, &r);
+    if (v == DIAL_DONE)
+        return up_established(c);
+    if (v > 0) { /* not yet: the events to wait for */
+        side_watch(c, &c->dc, (unsigned)v);
+        return CR_NONE;
+    }
+    return up_retry(c, &to, &r);
 }
 
 enum conn_reason up_timeout(struct conn *c)
 {
     if (c->dc.fd < 0)
         return up_connect_next(c); /* after a wait for a free descriptor */
-    return up_retry(c, 0);
+    struct dial_to to = up_to(c, c->dc_try - 1);
+    return up_retry(c, &to, NULL);
 }

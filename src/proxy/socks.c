@@ -44,12 +44,6 @@ static int fill(struct socks_dial *d, int fd, size_t want)
     return 1;
 }
 
-enum socks_result socks_dial_read(struct socks_dial *d, int fd, const struct socks5_server *srv,
-                                  const struct sockaddr *target, const char **why, int *code)
-{
-    return socks_dial_read_bound(d, fd, srv, target, why, code, NULL);
-}
-
 enum socks_result socks_dial_read_bound(struct socks_dial *d, int fd,
                                         const struct socks5_server *srv,
                                         const struct sockaddr *target, const char **why,
