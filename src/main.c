@@ -331,9 +331,9 @@ static void check_file_dir(const char *key, const char *path, const struct run_u
     if (dir_ok(path, pw, &missing))
         return;
     if (missing)
-        CHECK_ERR(e, "%s %s: its directory does not exist", key, path);
+        CHECK_ERR(e, "%s %.200s: its directory does not exist", key, path);
     else
-        CHECK_ERR(e, "%s %s: its directory is not writable by %s", key, path, who);
+        CHECK_ERR(e, "%s %.200s: its directory is not writable by %.63s", key, path, who);
 }
 
 /* Binds each listen address once without SO_REUSEPORT (which would let a second mtproxy share
