@@ -68,7 +68,8 @@ cell() {
     # shellcheck disable=SC2086
     timeout 300 $PIN1 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" \
         --secret "${SECRET[$client]}" --client "$client" --workload "$wl" --conns "$conns" \
-        --proxy-pid "$PROXY_PID" --label "$which:$label" --csv "$CSV" --quiet "$@" ||
+        --proxy-pid "$PROXY_PID" --proxy-log "$WORK/proxy.log" --label "$which:$label" \
+        --csv "$CSV" --quiet "$@" ||
         { echo "ab.sh: run failed: $which $label" >&2; FAILED=$((FAILED + 1)); }
     bench_stop_proxy
 }
