@@ -592,8 +592,9 @@ static int dc_established(struct conn *c)
     c->last_io = ev_now(pw->w->loop);
     const struct options *o = &c->gen->opt; /* its own generation's timeouts */
     timer_arm(c, (c->mode == CONN_MODE_MASK ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0);
-    if (side_flush(c, &c->dc, &c->cli))
-        return -1;
+    enum conn_reason r = side_flush(c, &c->dc, &c->cli);
+    if (r != CR_NONE)
+        return conn_close(c, r);
     relay_watch(c);
     return 0;
 }
@@ -689,12 +690,12 @@ static void reject(struct conn *c, const uint8_t *seen, size_t n, const char *sn
         if (getsockname(c->cli.fd, &local.u.sa, &local.len) == 0)
             phl = mask_proxy_header(ph, sizeof ph, pw->opt->mask_proxy_protocol, &c->peer,
                                     &local);
-        if (phl && side_queue(c, &c->dc, ph, phl)) {
+        if (phl && side_queue(c, &c->dc, ph, phl) != CR_NONE) {
             conn_close(c, CR_NO_MEMORY);
             return;
         }
     }
-    if (n && side_queue(c, &c->dc, seen, n)) {
+    if (n && side_queue(c, &c->dc, seen, n) != CR_NONE) {
         conn_close(c, CR_NO_MEMORY);
         return;
     }
@@ -837,7 +838,13 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
     crypto_ctr_apply(c->cli_dec, c->hdr, skip, sizeof skip); /* the stream goes on at 64 */
     if (pw->middle) { /* middle mode: an ME link instead of a DC connection */
         reserve_release(c);
-        middle_attach(c, extra, n);
+        enum conn_reason r = middle_attach(c, extra, n);
+        if (r != CR_NONE) {
+            conn_close(c, r);
+            return;
+        }
+        c->state = CS_RELAY; /* no upstream socket: its reserved descriptor was released */
+        timer_arm(c, c->gen->opt.idle_timeout_ms / 1000.0);
         return;
     }
     /* The client's header is spent: build ours toward the DC in its place. In fast mode its
@@ -862,7 +869,7 @@ static void header_done(struct conn *c, uint8_t *extra, size_t n)
         c->up_bytes += n;
         STAT_ADD(&pw->stats.bytes_up, n);
     }
-    if (n && side_queue(c, &c->dc, extra, n)) {
+    if (n && side_queue(c, &c->dc, extra, n) != CR_NONE) {
         conn_close(c, CR_NO_MEMORY);
         return;
     }
@@ -945,7 +952,7 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
         client.cipher_suite = suite;
     if (hbuf_reserve(c, len) ||
         faketls_server_hello(c->hbuf, c->hcap, o->secrets[secret_idx].key, &client, &r) != len ||
-        side_queue(c, &c->cli, c->hbuf, len)) {
+        side_queue(c, &c->cli, c->hbuf, len) != CR_NONE) {
         conn_close(c, CR_NO_MEMORY);
         return;
     }
@@ -962,8 +969,11 @@ static void tls_answer(struct conn *c, const struct faketls_hello *h, int secret
      * its header, one round trip later. */
     double left = o->handshake_timeout_ms / 1000.0 - (ev_now(pw->w->loop) - c->born);
     timer_arm(c, left > 0.1 ? left : 0.1);
-    if (side_flush(c, &c->cli, &c->dc))
+    enum conn_reason fr = side_flush(c, &c->cli, &c->dc);
+    if (fr != CR_NONE) {
+        conn_close(c, fr);
         return;
+    }
     side_watch(c, &c->cli, EV_READ | (c->cli.queued ? EV_WRITE : 0));
 }
 
@@ -1097,8 +1107,11 @@ static void tls_hello_read(struct conn *c)
 /* After our answer: records carrying the obfuscated2 header, maybe followed by data. */
 static void tls_header_read(struct conn *c, int revents)
 {
-    if ((revents & EV_WRITE) && side_flush(c, &c->cli, &c->dc))
+    enum conn_reason fr = revents & EV_WRITE ? side_flush(c, &c->cli, &c->dc) : CR_NONE;
+    if (fr != CR_NONE) {
+        conn_close(c, fr);
         return;
+    }
     if (revents & EV_READ) {
         uint8_t buf[4096];
         ssize_t n = read(c->cli.fd, buf, sizeof buf);
@@ -1330,19 +1343,24 @@ static void on_cli_io(struct ev_loop *loop, ev_io *io, int revents)
     case CS_TLS_HEADER:
         tls_header_read(c, revents);
         break;
-    case CS_CONNECTING: /* our ServerHello may still be going out */
-        if (!side_flush(c, &c->cli, &c->dc))
+    case CS_CONNECTING: { /* our ServerHello may still be going out */
+        enum conn_reason r = side_flush(c, &c->cli, &c->dc);
+        if (r != CR_NONE)
+            conn_close(c, r);
+        else
             side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
         break;
+    }
     case CS_HOLD:
         hold_read(c);
         break;
-    case CS_RELAY:
-        if (c->mc)
-            middle_client_event(c, revents);
-        else
-            relay_event(c, &c->cli, revents);
+    case CS_RELAY: {
+        enum conn_reason r = c->mc ? middle_client_event(c, revents)
+                                   : relay_event(c, &c->cli, revents);
+        if (r != CR_NONE)
+            conn_close(c, r);
         break;
+    }
     default:
         break;
     }
@@ -1367,8 +1385,11 @@ static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
             dc_established(c);
         return;
     }
-    if (c->state == CS_RELAY)
-        relay_event(c, &c->dc, revents);
+    if (c->state == CS_RELAY) {
+        enum conn_reason r = relay_event(c, &c->dc, revents);
+        if (r != CR_NONE)
+            conn_close(c, r);
+    }
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
