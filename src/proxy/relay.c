@@ -588,7 +588,7 @@ static enum conn_reason user_limits(struct conn *c, int dir, size_t n)
 
 /* After a read queued m payload bytes to d->dst (the same steps on every read path): counts
  * them, writes them out (or batches them), charges the user's limits. */
-static inline enum conn_reason pump_moved(struct conn *c, const struct relay_dir *d, size_t m)
+static enum conn_reason pump_moved(struct conn *c, const struct relay_dir *d, size_t m)
 {
     relay_count(d, m);
     c->last_io = ev_now(c->pw->w->loop);
