@@ -543,6 +543,9 @@ struct relay_dir {
     int tls_in, tls_out;
     uint64_t *counter;
     stat_t *stat_bytes[3]; /* the worker's total, the user's and the DC's (NULL: none) */
+    size_t max;            /* what dst may hold (max-buffer of c's generation) */
+    size_t hdr;            /* room kept for a record header in a fresh block (tls_out) */
+    size_t cap;            /* bytes one read may take (a rate-limited user's burst) */
 };
 
 /* A pump step's verdict: a close reason, CR_NONE (read on), or one of these two, which never
@@ -588,7 +591,8 @@ static enum conn_reason user_limits(struct conn *c, int dir, size_t n)
 
 /* After a read queued m payload bytes to d->dst (the same steps on every read path): counts
  * them, writes them out (or batches them), charges the user's limits. */
-static enum conn_reason pump_moved(struct conn *c, const struct relay_dir *d, size_t m)
+static inline enum conn_reason pump_moved(struct conn *c, const struct relay_dir *d,
+                                           size_t m)
 {
     relay_count(d, m);
     c->last_io = ev_now(c->pw->w->loop);
@@ -621,15 +625,15 @@ static enum conn_reason pump_ended(struct conn *c, const struct relay_dir *d, ss
 
 /* Zero-copy: splices up to cap bytes from d->src into d->dst's pipe (the caller checked the
  * bytes need no transformation and gave dst a pipe). */
-static enum conn_reason pump_splice(struct conn *c, const struct relay_dir *d, size_t cap)
+static enum conn_reason pump_splice(struct conn *c, const struct relay_dir *d)
 {
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
-    size_t room = c->gen->opt.max_buffer - dst->queued;
+    size_t room = d->max - dst->queued;
     if (room > (size_t)pw->pipe_size - dst->piped)
         room = (size_t)pw->pipe_size - dst->piped;
-    if (room > cap)
-        room = cap;
+    if (room > d->cap)
+        room = d->cap;
     ssize_t n = splice(src->fd, NULL, dst->pipe_w, NULL, room, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     STAT_INC(&pw->stats.reads);
     if (n > 0) {
@@ -667,14 +671,14 @@ static enum conn_reason pump_splice(struct conn *c, const struct relay_dir *d, s
  * blocks. Each block's bytes are then deframed, decrypted and re-encrypted while they are in
  * L1. Blocks not filled go back at once, so an idle connection holds no more than before.
  * PUMP_SKIP if fewer than two blocks are to be had (the one-block read runs). */
-static enum conn_reason pump_wide(struct conn *c, const struct relay_dir *d, size_t cap)
+static enum conn_reason pump_wide(struct conn *c, const struct relay_dir *d)
 {
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
-    size_t bs = pw->arena.block_size, max = c->gen->opt.max_buffer;
-    size_t budget = max - dst->queued;
-    if (budget > cap)
-        budget = cap;
+    size_t bs = pw->arena.block_size;
+    size_t budget = d->max - dst->queued;
+    if (budget > d->cap)
+        budget = d->cap;
     struct arena_block *blk[RELAY_WIDE_MAX + 1];
     struct iovec iov[RELAY_WIDE_MAX + 1];
     int n = 0, nfresh = 0;
@@ -749,12 +753,11 @@ static enum conn_reason pump_wide(struct conn *c, const struct relay_dir *d, siz
 
 /* One read into dst's tail block, or into a fresh block (always toward an ee client: a
  * fresh block is one record, its header written in front of what was read). */
-static enum conn_reason pump_block(struct conn *c, const struct relay_dir *d, size_t cap)
+static enum conn_reason pump_block(struct conn *c, const struct relay_dir *d)
 {
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
-    size_t bs = pw->arena.block_size, max = c->gen->opt.max_buffer;
-    size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
+    size_t bs = pw->arena.block_size, hdr = d->hdr;
     struct arena_block *b = dst->qtail;
     int fresh = 0;
     if (!b || b->end == bs || d->tls_out) { /* tls_out: a fresh block is one record */
@@ -775,10 +778,10 @@ static enum conn_reason pump_block(struct conn *c, const struct relay_dir *d, si
         b->end = (uint32_t)hdr; /* room for the record header */
     }
     size_t room = bs - b->end;
-    if (room > max - dst->queued - hdr)
-        room = max - dst->queued - hdr;
-    if (room > cap)
-        room = cap;
+    if (room > d->max - dst->queued - hdr)
+        room = d->max - dst->queued - hdr;
+    if (room > d->cap)
+        room = d->cap;
     if (d->tls_out) {
         size_t rcap = record_cap(c);
         if (room > rcap)
@@ -834,15 +837,15 @@ static enum conn_reason pump_block(struct conn *c, const struct relay_dir *d, si
 
 /* Moves bytes along one direction and writes them out. One function for both directions:
  * up to RELAY_READS_PER_EVENT reads, each spliced, wide or into one block. */
-static enum conn_reason relay_pump(struct conn *c, const struct relay_dir *d)
+static enum conn_reason relay_pump(struct conn *c, struct relay_dir *d)
 {
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
-    size_t max = c->gen->opt.max_buffer;
-    size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
-    size_t cap = c->lim && c->lim->rate ? rate_burst(c->lim->rate) : SIZE_MAX;
+    d->max = c->gen->opt.max_buffer;
+    d->hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
+    d->cap = c->lim && c->lim->rate ? rate_burst(c->lim->rate) : SIZE_MAX;
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
-        if (dst->queued + hdr >= max)
+        if (dst->queued + d->hdr >= d->max)
             break;
         enum conn_reason r = PUMP_SKIP;
         /* Zero-copy path: only for bytes that need no transformation (toward an ee client,
@@ -851,11 +854,11 @@ static enum conn_reason relay_pump(struct conn *c, const struct relay_dir *d)
         if (c->splice && !d->dec && !d->enc && !d->tls_in &&
             (!d->tls_out || c->gen->opt.splice_tls) && !dst->qhead &&
             (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0))
-            r = pump_splice(c, d, cap);
+            r = pump_splice(c, d);
         else if (src->wide > 1 && !d->tls_out)
-            r = pump_wide(c, d, cap);
+            r = pump_wide(c, d);
         if (r == PUMP_SKIP)
-            r = pump_block(c, d, cap);
+            r = pump_block(c, d);
         if (r == PUMP_STOP)
             break;
         if (r != CR_NONE)
