@@ -134,14 +134,6 @@ int conn_close(struct conn *c, enum conn_reason r);
  * mark keeps the first reason. */
 void conn_close_later(struct conn *c, enum conn_reason r);
 
-/* Rate limit: stops reading direction dir (0 client->DC, 1 DC->client) of c for wait
- * seconds (relay_watch leaves it alone until then). */
-void conn_rate_pause(struct conn *c, int dir, double wait);
-
-/* Pauses accepting while the connection slots or the buffer arena are used up; resumes
- * otherwise. */
-void conn_check_accept(struct proxy_worker *pw);
-
 /* The per-worker counters bytes of connection c go to in direction down (0 client->DC,
  * 1 DC->client): out[0] the total, out[1] the user's (NULL if c proved no secret), out[2]
  * the DC's (NULL if fronted). */

@@ -16,63 +16,21 @@
  *   -> conn (the state machine: events in, verdicts out, conn_close on a reason; accept)
  *   -> hs_first -> hs_tls -> hs_obfs2 -> hs_gate, conn_front -> conn_up -> relay, middle
  *   and from any of them down to conn_guard, conn_names, conn_close (conn_close, the log
- *   rate limit) -> conn_mark (conn_close_later, conn_rate_pause, conn_check_accept).
- * relay.c and middle.c call conn_close (until they return verdicts) and conn_mark.c: the
- * edges tests/layers_allow.txt lists.
+ *   rate limit) -> relay, middle -> conn_mark (conn_close_later, which calls nothing above it).
+ * relay.c and middle.c return verdicts too; they reach conn_mark.c (conn_close_later) for
+ * connections other than the one whose event they handle.
  */
 
 /* --- verdicts ---------------------------------------------------------------------------- */
 
 /* A step's verdict is an enum conn_reason: CR_NONE to go on (the step moved c to the state it
- * wanted), else the reason the state machine closes the connection with. CR_GONE: closed
- * already by a callee in relay.c or middle.c that still closes it itself; nothing is left to
- * do with it. The conn_* wrappers below are the only places that call those: when relay.c
- * and middle.c return verdicts (branch relayv) each becomes `return callee(...)`, the
- * middle_attach one keeps up_middle's state/timer after it, and CR_GONE goes. */
-#define CR_GONE ((enum conn_reason)-2)
+ * wanted), else the reason the state machine closes the connection with. relay.c and middle.c
+ * (side_flush, side_queue, relay_event, middle_client_event, middle_attach) return the same. */
 
-/* 1 if verdict r ends the step: a reason to close, or closed already. */
+/* 1 if verdict r ends the step: a reason to close. */
 static inline int conn_stop(enum conn_reason r)
 {
     return r != CR_NONE;
-}
-
-static inline enum conn_reason conn_side_flush(struct conn *c, struct conn_side *s,
-                                               struct conn_side *from)
-{
-    return side_flush(c, s, from) ? CR_GONE : CR_NONE;
-}
-
-static inline enum conn_reason conn_side_queue(struct conn *c, struct conn_side *s,
-                                               const uint8_t *p, size_t n)
-{
-    return side_queue(c, s, p, n) ? CR_NO_MEMORY : CR_NONE;
-}
-
-/* After relay_event / middle_client_event / middle_attach: c's slot outlives a close (a pool
- * slot), and a closed one is CS_FREE. */
-static inline enum conn_reason conn_gone_if_free(const struct conn *c)
-{
-    return c->state == CS_FREE ? CR_GONE : CR_NONE;
-}
-
-static inline enum conn_reason conn_relay_event(struct conn *c, struct conn_side *s,
-                                                int revents)
-{
-    relay_event(c, s, revents);
-    return conn_gone_if_free(c);
-}
-
-static inline enum conn_reason conn_middle_event(struct conn *c, int revents)
-{
-    middle_client_event(c, revents);
-    return conn_gone_if_free(c);
-}
-
-static inline enum conn_reason conn_middle_attach(struct conn *c, uint8_t *extra, size_t n)
-{
-    middle_attach(c, extra, n);
-    return conn_gone_if_free(c);
 }
 
 /* --- small per-connection bookkeeping (used by several rooms) --------------------------- */
@@ -127,11 +85,6 @@ static inline void hbuf_free(struct conn *c)
 
 /* c is now known to be kind k: counted in total and while open. */
 void conn_set_kind(struct conn *c, enum conn_kind k);
-
-/* --- marks (conn_mark.c) ------------------------------------------------------------------ */
-
-/* Stops c's timers, takes it off the worker's waiters and batch lists and its ME link. */
-void conn_unhook(struct conn *c);
 
 /* --- closing (conn_close.c) -------------------------------------------------------------- */
 

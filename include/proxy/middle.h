@@ -10,6 +10,7 @@
 #include "core/sock.h"
 #include "core/worker.h"
 #include "proto/rpc.h"
+#include "proxy/conn.h" /* enum conn_reason (the verdicts of the client hooks) */
 #include "proxy/options.h"
 
 struct conn;
@@ -59,10 +60,12 @@ void middle_destroy(struct proxy_worker *pw);
 
 /* The connection machine's hooks. middle_attach: c's obfuscated2 header is done (client
  * streams keyed); extra[0..n) are client bytes that came with it, still encrypted. Attaches c to
- * a link for its DC and starts reading it, or closes c. middle_client_event: c's socket is ready
- * (RELAY state). middle_detach: c is closing (from conn_close): tells its ME and forgets it. */
-void middle_attach(struct conn *c, uint8_t *extra, size_t n);
-void middle_client_event(struct conn *c, int revents);
+ * a link for its DC and starts reading it; on CR_NONE the caller moves c to RELAY and arms its
+ * idle timer. middle_client_event: c's socket is ready (RELAY state). Neither closes c: they
+ * return CR_NONE to go on, or why c ends. middle_detach: c is closing (from conn_close or
+ * conn_close_later): tells its ME and forgets it. */
+enum conn_reason middle_attach(struct conn *c, uint8_t *extra, size_t n);
+enum conn_reason middle_client_event(struct conn *c, int revents);
 void middle_detach(struct conn *c);
 
 #endif

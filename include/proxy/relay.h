@@ -35,16 +35,28 @@ void waiters_wake(struct proxy_worker *pw);
  * arena: they wait for blocks and accepting pauses. Fronted connections have their own. */
 int relay_blocks_full(const struct proxy_worker *pw);
 
+/* Pauses accepting while the connection slots or the buffer arena are used up; resumes
+ * otherwise. */
+void conn_check_accept(struct proxy_worker *pw);
+
+/* Rate limit: stops reading direction dir (0 client->DC, 1 DC->client) of c for wait
+ * seconds (relay_watch leaves it alone until then). */
+void conn_rate_pause(struct conn *c, int dir, double wait);
+
 /* Appends a copy of p[0..n) to the queue of side s (handshake bytes, replayed probes).
- * Returns 0, or -1 if no block could be had. */
-int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n);
+ * Returns CR_NONE, or CR_NO_MEMORY if no block could be had. */
+enum conn_reason side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n);
 
 /* Writes what is queued to side s (from the pipe or the blocks). Once the queue drains and
- * `from` has ended, shuts s for writing (half-close). Returns 0, or -1 if c was closed. */
-int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from);
+ * `from` has ended, shuts s for writing (half-close). Never closes c: returns CR_NONE (all
+ * out, or the socket is full and s waits for EV_WRITE) or why c ends (CR_CLIENT_CLOSED,
+ * CR_DC_CLOSED: a write failed). */
+enum conn_reason side_flush(struct conn *c, struct conn_side *s, struct conn_side *from);
 
 /* Handles readiness of side s in RELAY: flushes on EV_WRITE, pumps the direction that reads
- * s on EV_READ, then closes c when both directions ended and drained, or re-watches. */
-void relay_event(struct conn *c, struct conn_side *s, int revents);
+ * s on EV_READ, then re-watches. Never closes c: returns CR_NONE to go on, CR_DONE when both
+ * directions ended and drained, or why c ends (a side closed or failed, a bad record, the
+ * user's quota). */
+enum conn_reason relay_event(struct conn *c, struct conn_side *s, int revents);
 
 #endif

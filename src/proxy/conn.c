@@ -13,10 +13,10 @@
 /* --- verdicts ------------------------------------------------------------------------- */
 
 /* The one place a step's verdict takes effect: a close reason ends c; CR_NONE (go on: the
- * step moved c to the state it wanted) and CR_GONE (closed already) leave it be. */
+ * step moved c to the state it wanted) leaves it be. */
 static void conn_verdict(struct conn *c, enum conn_reason r)
 {
-    if ((int)r >= 0)
+    if (r != CR_NONE)
         conn_close(c, r);
 }
 
@@ -57,7 +57,7 @@ static enum conn_reason cli_step(struct conn *c, int revents)
     case CS_TLS_HEADER:
         return hs_tls_header_read(c, revents);
     case CS_CONNECTING: { /* our ServerHello may still be going out */
-        enum conn_reason r = conn_side_flush(c, &c->cli, &c->dc);
+        enum conn_reason r = side_flush(c, &c->cli, &c->dc);
         if (!conn_stop(r))
             side_watch(c, &c->cli, c->cli.queued ? EV_WRITE : 0);
         return r;
@@ -65,7 +65,7 @@ static enum conn_reason cli_step(struct conn *c, int revents)
     case CS_HOLD:
         return front_hold_read(c);
     case CS_RELAY:
-        return c->mc ? conn_middle_event(c, revents) : conn_relay_event(c, &c->cli, revents);
+        return c->mc ? middle_client_event(c, revents) : relay_event(c, &c->cli, revents);
     default:
         return CR_NONE;
     }
@@ -87,7 +87,7 @@ static void on_dc_io(struct ev_loop *loop, ev_io *io, int revents)
     if (c->state == CS_CONNECTING)
         conn_verdict(c, up_event(c, revents));
     else if (c->state == CS_RELAY)
-        conn_verdict(c, conn_relay_event(c, &c->dc, revents));
+        conn_verdict(c, relay_event(c, &c->dc, revents));
 }
 
 /* RELAY: the idle timer is armed lazily: traffic only moves last_io. A fronted connection has

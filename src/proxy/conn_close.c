@@ -133,7 +133,14 @@ int conn_close(struct conn *c, enum conn_reason r)
         STAT_DEC(&pw->stats.kind_active[c->kind]);
     stranger_done(c);
     reserve_release(c);
-    conn_unhook(c);
+    ev_timer_stop(pw->w->loop, &c->timer);
+    ev_timer_stop(pw->w->loop, &c->rate_timer);
+    if (c->waiting_block)
+        waiters_remove(pw, c);
+    if (c->batched)
+        batch_remove(pw, c);
+    if (c->mc)
+        middle_detach(c);
     side_release(c, &c->cli);
     side_release(c, &c->dc);
     hbuf_free(c);

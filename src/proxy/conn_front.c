@@ -69,11 +69,11 @@ enum conn_reason front_reject(struct conn *c, const uint8_t *seen, size_t n, con
         if (getsockname(c->cli.fd, &local.u.sa, &local.len) == 0)
             phl = mask_proxy_header(ph, sizeof ph, o->mask_proxy_protocol, &c->peer,
                                     &local);
-        enum conn_reason r = phl ? conn_side_queue(c, &c->dc, ph, phl) : CR_NONE;
+        enum conn_reason r = phl ? side_queue(c, &c->dc, ph, phl) : CR_NONE;
         if (conn_stop(r))
             return r;
     }
-    enum conn_reason r = n ? conn_side_queue(c, &c->dc, seen, n) : CR_NONE;
+    enum conn_reason r = n ? side_queue(c, &c->dc, seen, n) : CR_NONE;
     if (conn_stop(r))
         return r;
     hbuf_free(c);

@@ -143,7 +143,7 @@ static enum conn_reason up_established(struct conn *c)
     c->last_io = ev_now(pw->w->loop);
     const struct options *o = &c->gen->opt; /* its own generation's timeouts */
     timer_arm(c, (c->mode == CONN_MODE_MASK ? o->mask_idle_ms : o->idle_timeout_ms) / 1000.0);
-    enum conn_reason r = conn_side_flush(c, &c->dc, &c->cli);
+    enum conn_reason r = side_flush(c, &c->dc, &c->cli);
     if (conn_stop(r))
         return r;
     relay_watch(c);
@@ -179,7 +179,7 @@ enum conn_reason up_middle(struct conn *c, uint8_t *extra, size_t n)
 {
     reserve_release(c);
     c->state = CS_CONNECTING; /* holds no reserve from here (a close must not give it twice) */
-    enum conn_reason r = conn_middle_attach(c, extra, n);
+    enum conn_reason r = middle_attach(c, extra, n);
     if (conn_stop(r) || c->closing)
         return r;
     c->state = CS_RELAY;

@@ -115,7 +115,7 @@ static enum conn_reason obfs2_early_bytes(struct conn *c, uint8_t *extra, size_t
     crypto_ctr_apply(c->dc_enc, extra, extra, n);
     c->up_bytes += n;
     STAT_ADD(&c->pw->stats.bytes_up, n);
-    return conn_side_queue(c, &c->dc, extra, n);
+    return side_queue(c, &c->dc, extra, n);
 }
 
 /* The early bytes in the user's and the DC's counters (once the DC is resolved). */

@@ -70,7 +70,7 @@ static enum conn_reason tls_answer(struct conn *c, const struct faketls_hello *h
         client.cipher_suite = suite;
     if (hs_hbuf_reserve(c, len) ||
         faketls_server_hello(c->hbuf, c->hcap, o->secrets[secret_idx].key, &client, &r) != len ||
-        conn_stop(conn_side_queue(c, &c->cli, c->hbuf, len)))
+        conn_stop(side_queue(c, &c->cli, c->hbuf, len)))
         return CR_NO_MEMORY;
     hbuf_free(c);
     STAT_INC(&pw->stats.tls_handshakes);
@@ -85,7 +85,7 @@ static enum conn_reason tls_answer(struct conn *c, const struct faketls_hello *h
      * its header, one round trip later. */
     double left = o->handshake_timeout_ms / 1000.0 - (ev_now(pw->w->loop) - c->born);
     timer_arm(c, left > 0.1 ? left : 0.1);
-    enum conn_reason v = conn_side_flush(c, &c->cli, &c->dc);
+    enum conn_reason v = side_flush(c, &c->cli, &c->dc);
     if (conn_stop(v))
         return v;
     side_watch(c, &c->cli, EV_READ | (c->cli.queued ? EV_WRITE : 0));
@@ -208,7 +208,7 @@ enum conn_reason hs_tls_hello_read(struct conn *c)
 enum conn_reason hs_tls_header_read(struct conn *c, int revents)
 {
     if (revents & EV_WRITE) {
-        enum conn_reason r = conn_side_flush(c, &c->cli, &c->dc);
+        enum conn_reason r = side_flush(c, &c->cli, &c->dc);
         if (conn_stop(r))
             return r;
     }

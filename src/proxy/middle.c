@@ -265,7 +265,7 @@ static void link_rewatch(struct me_link *l)
 }
 
 static void client_watch(struct mclient *mc);
-static int client_packets(struct mclient *mc);
+static enum conn_reason client_packets(struct mclient *mc);
 
 /* A request of a client left the link: it may be read again. */
 static void out_done(struct me_link *l, struct me_out *o)
@@ -275,10 +275,9 @@ static void out_done(struct me_link *l, struct me_out *o)
     struct mclient *mc = hash_find(l->m, o->conn_id);
     if (!mc || mc->link != l)
         return;
-    size_t was = mc->pending_up;
+    size_t was = mc->pending_up, max = mc->c->gen->opt.me_request_buffer;
     mc->pending_up -= o->len < mc->pending_up ? o->len : mc->pending_up;
-    if (was >= l->m->pw->opt->me_request_buffer &&
-        mc->pending_up < l->m->pw->opt->me_request_buffer) {
+    if (was >= max && mc->pending_up < max) {
         client_watch(mc);
         if (mc->inlen) /* whole packets it held back: sent from its own callback */
             ev_feed_event(loop_of(l->m), &mc->c->cli.io, EV_READ);
@@ -424,8 +423,16 @@ static void link_free(struct me_link *l)
     free(l);
 }
 
-/* The link is gone: its clients are closed (counted), and it reconnects after a back-off
- * (a draining link is freed instead). */
+/* Ends client c from the link's side (not c's own event): detached from its link at once, so
+ * nothing more reaches it, and marked to close with r before the loop sleeps. */
+static void client_drop(struct conn *c, enum conn_reason r)
+{
+    middle_detach(c);
+    conn_close_later(c, r);
+}
+
+/* The link is gone: its clients are marked to close (counted; not their event: closed before
+ * the loop sleeps), and it reconnects after a back-off (a draining link is freed instead). */
 static void link_fail(struct me_link *l, const char *why)
 {
     struct proxy_worker *pw = l->m->pw;
@@ -450,7 +457,7 @@ static void link_fail(struct me_link *l, const char *why)
     l->failing = 1;
     while (l->clients) {
         STAT_INC(&pw->stats.me_dead_closed);
-        conn_close(l->clients->c, CR_ME_LINK); /* detaches it from l */
+        client_drop(l->clients->c, CR_ME_LINK);
     }
     l->failing = 0;
     if (l->draining) {
@@ -687,9 +694,14 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
     link_timer(l, ping_interval(l));
     for (struct mclient *mc = l->clients, *next; mc; mc = next) {
         next = mc->lnext;
-        if (mc->inlen && client_packets(mc)) /* bytes that came with its header */
+        struct conn *c = mc->c;
+        if (c->closing) /* marked by someone else: it closes before the loop sleeps */
             continue;
-        client_watch(mc);
+        enum conn_reason v = mc->inlen ? client_packets(mc) : CR_NONE; /* came with its header */
+        if (v != CR_NONE)
+            client_drop(c, v); /* frees mc */
+        else
+            client_watch(mc);
     }
     return 0;
 }
@@ -710,8 +722,8 @@ static void mc_sync(struct mclient *mc)
 }
 
 /* Queues p[0..n) (already encrypted for the client) toward c, in TLS records for an ee
- * client. Returns 0, or -1 with no block to be had. */
-static int client_queue(struct conn *c, const uint8_t *p, size_t n)
+ * client. Returns CR_NONE, or CR_NO_MEMORY with no block to be had. */
+static enum conn_reason client_queue(struct conn *c, const uint8_t *p, size_t n)
 {
     if (!c->tls)
         return side_queue(c, &c->cli, p, n);
@@ -719,18 +731,21 @@ static int client_queue(struct conn *c, const uint8_t *p, size_t n)
         size_t k = n < FAKETLS_MAX_PAYLOAD ? n : FAKETLS_MAX_PAYLOAD;
         uint8_t hdr[FAKETLS_RECORD_HDR_LEN];
         faketls_record_header(hdr, k);
-        if (side_queue(c, &c->cli, hdr, sizeof hdr) || side_queue(c, &c->cli, p, k))
-            return -1;
+        enum conn_reason r = side_queue(c, &c->cli, hdr, sizeof hdr);
+        if (r == CR_NONE)
+            r = side_queue(c, &c->cli, p, k);
+        if (r != CR_NONE)
+            return r;
         p += k;
         n -= k;
     }
-    return 0;
+    return CR_NONE;
 }
 
-/* Sends a packet (or a quick-ack token: ack = 1) to the client in its framing. Returns 0, or
- * -1 if c was closed. */
-static int client_deliver(struct mclient *mc, const uint8_t *data, size_t len, uint32_t confirm,
-                          int ack)
+/* Sends a packet (or a quick-ack token: ack = 1) to the client in its framing. Returns CR_NONE,
+ * or why the client ends (the caller marks it: a link's message is not its event). */
+static enum conn_reason client_deliver(struct mclient *mc, const uint8_t *data, size_t len,
+                                       uint32_t confirm, int ack)
 {
     struct middle *m = mc->link->m;
     struct conn *c = mc->c;
@@ -739,7 +754,7 @@ static int client_deliver(struct mclient *mc, const uint8_t *data, size_t len, u
     if (need > m->tmpcap) {
         uint8_t *t = realloc(m->tmp, need);
         if (!t)
-            return conn_close(c, CR_NO_MEMORY);
+            return CR_NO_MEMORY;
         m->tmp = t;
         m->tmpcap = need;
     }
@@ -754,28 +769,30 @@ static int client_deliver(struct mclient *mc, const uint8_t *data, size_t len, u
         size_t pad = c->tag == OBFS2_TAG_PADDED ? padb % 4 : 0;
         size_t h = frame_header(c->tag, len, pad, m->tmp);
         if (!h)
-            return 0; /* not a whole number of words: nothing a client could parse */
+            return CR_NONE; /* not a whole number of words: nothing a client could parse */
         memcpy(m->tmp + h, data, len);
         if (pad)
             crypto_random(m->tmp + h + len, pad);
         n = h + len + pad;
     }
     crypto_ctr_apply(c->cli_enc, m->tmp, m->tmp, n);
-    if (client_queue(c, m->tmp, n))
-        return conn_close(c, CR_NO_MEMORY);
+    enum conn_reason r = client_queue(c, m->tmp, n);
+    if (r != CR_NONE)
+        return r;
     c->down_bytes += n;
     STAT_ADD(&pw->stats.bytes_down, n);
     c->last_io = ev_now(loop_of(m));
-    if (side_flush(c, &c->cli, &c->dc))
-        return -1;
-    if (c->cli.queued > pw->opt->me_client_buffer) {
+    r = side_flush(c, &c->cli, &c->dc);
+    if (r != CR_NONE)
+        return r;
+    if (c->cli.queued > c->gen->opt.me_client_buffer) {
         /* the link is never paused for one client: this one alone goes */
         STAT_INC(&pw->stats.me_slow_closed);
-        return conn_close(c, CR_SLOW);
+        return CR_SLOW;
     }
     mc_sync(mc);
     client_watch(mc);
-    return 0;
+    return CR_NONE;
 }
 
 /* One message from a ready link. Returns 0, or -1 if the link failed. */
@@ -816,23 +833,28 @@ static int link_message(struct me_link *l, const struct rpc_frame *f)
             }
             return 0;
         }
+        if (mc->c->closing) /* marked: it closes before the loop sleeps, and takes nothing more */
+            return 0;
         break;
     default:
         return 0; /* unknown types are ignored */
     }
+    /* Not the client's event: a client that ends here is marked (detached from l at once, so
+     * nothing more reaches it) and closed before the loop sleeps. */
+    struct conn *c = mc->c;
+    enum conn_reason r = CR_DC_CLOSED;
     if (msg.type == RPC_CLOSE_EXT || msg.type == RPC_CLOSE_CONN) {
         mc->conn_id = 0; /* closed by the ME: no RPC_CLOSE_CONN back */
         hash_remove(m, mc);
-        conn_close(mc->c, CR_DC_CLOSED);
-        return 0;
-    }
-    if (msg.type == RPC_SIMPLE_ACK) {
+    } else if (msg.type == RPC_SIMPLE_ACK) {
         STAT_INC(&pw->stats.me_acks);
-        client_deliver(mc, NULL, 0, msg.confirm, 1);
-        return 0;
+        r = client_deliver(mc, NULL, 0, msg.confirm, 1);
+    } else {
+        STAT_INC(&pw->stats.me_answers);
+        r = client_deliver(mc, msg.data, msg.len, 0, 0);
     }
-    STAT_INC(&pw->stats.me_answers);
-    client_deliver(mc, msg.data, msg.len, 0, 0);
+    if (r != CR_NONE)
+        client_drop(c, r);
     return 0;
 }
 
@@ -1093,8 +1115,10 @@ void middle_stop(struct proxy_worker *pw)
         return;
     while (m->links) {
         struct me_link *l = m->links;
+        /* proxy_on_stop closed every connection first (conn_close detaches it): a client
+         * still here would only be detached. */
         while (l->clients)
-            conn_close(l->clients->c, CR_SHUTDOWN);
+            middle_detach(l->clients->c);
         link_free(l);
     }
 }
@@ -1119,7 +1143,7 @@ void middle_destroy(struct proxy_worker *pw)
 static void client_watch(struct mclient *mc)
 {
     struct conn *c = mc->c;
-    const struct options *o = c->pw->opt;
+    const struct options *o = &c->gen->opt;
     unsigned ev = 0;
     if (!c->cli.rd_eof && mc->link->state == ML_READY && mc->pending_up < o->me_request_buffer)
         ev |= EV_READ;
@@ -1174,20 +1198,21 @@ static void addr_of(const struct sockaddr_storage *ss, struct rpc_addr *a)
 }
 
 /* Sends whole packets from p[0..n) as RPC_PROXY_REQ while the client's requests fit;
- * *used = bytes consumed. Returns 0, or -1 if c was closed. */
-static int client_send(struct mclient *mc, const uint8_t *p, size_t n, size_t *used)
+ * *used = bytes consumed. Returns CR_NONE, or why c ends. */
+static enum conn_reason client_send(struct mclient *mc, const uint8_t *p, size_t n, size_t *used)
 {
     struct conn *c = mc->c;
     struct proxy_worker *pw = c->pw;
+    const struct options *o = &c->gen->opt;
     size_t off = 0;
     *used = 0;
-    while (off < n && mc->pending_up < pw->opt->me_request_buffer) {
+    while (off < n && mc->pending_up < o->me_request_buffer) {
         struct frame f;
         enum frame_status st = frame_parse(c->tag, p + off, n - off, &f, NULL);
         if (st == FRAME_NEED_MORE)
             break;
         if (st == FRAME_BAD)
-            return conn_close(c, CR_CLIENT_PROTOCOL);
+            return CR_CLIENT_PROTOCOL;
         const uint8_t *pkt = p + off + f.hdr_len;
         uint32_t flags = mc->flags | (f.quickack ? RPC_FLAG_QUICKACK : 0);
         static const uint8_t zero[8];
@@ -1195,43 +1220,45 @@ static int client_send(struct mclient *mc, const uint8_t *p, size_t n, size_t *u
             flags |= RPC_FLAG_NOT_ENCRYPTED;
         uint8_t hdr[RPC_REQ_HDR_MAX];
         size_t hl = rpc_proxy_req_header(hdr, flags, mc->conn_id, &mc->remote, &mc->ours,
-                                         pw->opt->ad_tag);
+                                         o->ad_tag);
         if (link_send(mc->link, mc->conn_id, hdr, hl, pkt, f.len))
-            return conn_close(c, CR_NO_MEMORY);
+            return CR_NO_MEMORY;
         STAT_INC(&pw->stats.me_requests);
         off += f.total;
     }
     *used = off;
-    return 0;
+    return CR_NONE;
 }
 
-/* Appends n decrypted client bytes. Returns 0, or -1 (too much or no memory). */
-static int client_append(struct mclient *mc, const uint8_t *p, size_t n)
+/* Appends n decrypted client bytes. Returns CR_NONE, or CR_CLIENT_PROTOCOL (more than a
+ * packet can be, or no memory). */
+static enum conn_reason client_append(struct mclient *mc, const uint8_t *p, size_t n)
 {
     if (mc->inlen + n > mc->incap) {
         size_t cap = mc->incap ? mc->incap : 4096;
         while (cap < mc->inlen + n)
             cap *= 2;
         if (cap > FRAME_MAX_LEN + 2 * ME_READ_CHUNK)
-            return -1;
+            return CR_CLIENT_PROTOCOL;
         uint8_t *b = realloc(mc->in, cap);
         if (!b)
-            return -1;
+            return CR_CLIENT_PROTOCOL;
         mc->in = b;
         mc->incap = cap;
     }
     memcpy(mc->in + mc->inlen, p, n);
     mc->inlen += n;
-    return 0;
+    return CR_NONE;
 }
 
-/* Sends what mc->in holds; an emptied buffer is freed (an idle client holds none). Returns 0,
- * or -1 if c was closed. */
-static int client_packets(struct mclient *mc)
+/* Sends what mc->in holds; an emptied buffer is freed (an idle client holds none). Returns
+ * CR_NONE, or why c ends. */
+static enum conn_reason client_packets(struct mclient *mc)
 {
     size_t used;
-    if (client_send(mc, mc->in, mc->inlen, &used))
-        return -1;
+    enum conn_reason r = client_send(mc, mc->in, mc->inlen, &used);
+    if (r != CR_NONE)
+        return r;
     memmove(mc->in, mc->in + used, mc->inlen - used);
     mc->inlen -= used;
     if (!mc->inlen) {
@@ -1239,32 +1266,33 @@ static int client_packets(struct mclient *mc)
         mc->in = NULL;
         mc->incap = 0;
     }
-    return 0;
+    return CR_NONE;
 }
 
 /* New client bytes p[0..n): packets straight from p when nothing is held (no copy), the rest
- * kept. Returns 0, or -1 if c was closed. */
-static int client_feed(struct mclient *mc, const uint8_t *p, size_t n)
+ * kept. Returns CR_NONE, or why c ends. */
+static enum conn_reason client_feed(struct mclient *mc, const uint8_t *p, size_t n)
 {
     size_t used = 0;
-    if (!mc->inlen && mc->link->state == ML_READY && client_send(mc, p, n, &used))
-        return -1;
-    if (used < n && client_append(mc, p + used, n - used))
-        return conn_close(mc->c, CR_CLIENT_PROTOCOL);
-    return mc->inlen && mc->link->state == ML_READY ? client_packets(mc) : 0;
+    enum conn_reason r = CR_NONE;
+    if (!mc->inlen && mc->link->state == ML_READY)
+        r = client_send(mc, p, n, &used);
+    if (r == CR_NONE && used < n)
+        r = client_append(mc, p + used, n - used);
+    if (r == CR_NONE && mc->inlen && mc->link->state == ML_READY)
+        r = client_packets(mc);
+    return r;
 }
 
-void middle_attach(struct conn *c, uint8_t *extra, size_t n)
+enum conn_reason middle_attach(struct conn *c, uint8_t *extra, size_t n)
 {
     struct proxy_worker *pw = c->pw;
     struct middle *m = pw->middle;
     struct me_link *l = link_pick(m, c->dc_id);
     struct mclient *mc = calloc(1, sizeof *mc);
-    c->state = CS_RELAY; /* no upstream socket: its reserved descriptor was released */
     if (!l || !mc) {
         free(mc);
-        conn_close(c, l ? CR_NO_MEMORY : CR_DC_UNREACHABLE);
-        return;
+        return l ? CR_NO_MEMORY : CR_DC_UNREACHABLE;
     }
     mc->c = c;
     mc->link = l;
@@ -1292,12 +1320,9 @@ void middle_attach(struct conn *c, uint8_t *extra, size_t n)
     memset(&ss, 0, sizeof ss);
     getsockname(c->cli.fd, (struct sockaddr *)&ss, &sl);
     struct rpc_endpoint e;
-    endpoint_of(&ss, pw->opt, 1, &e);
+    endpoint_of(&ss, &c->gen->opt, 1, &e);
     rpc_addr_set(&mc->ours, e.ip, e.v6, e.port);
     c->last_io = ev_now(pw->w->loop);
-    ev_timer_stop(pw->w->loop, &c->timer);
-    ev_timer_set(&c->timer, pw->opt->idle_timeout_ms / 1000.0, 0);
-    ev_timer_start(pw->w->loop, &c->timer);
     if (log_enabled(LOG_LVL_DEBUG)) {
         char name[160];
         link_name(l, name, sizeof name);
@@ -1308,10 +1333,12 @@ void middle_attach(struct conn *c, uint8_t *extra, size_t n)
         crypto_ctr_apply(c->cli_dec, extra, extra, n);
         c->up_bytes += n;
         STAT_ADD(&pw->stats.bytes_up, n);
-        if (client_feed(mc, extra, n))
-            return;
+        enum conn_reason r = client_feed(mc, extra, n);
+        if (r != CR_NONE)
+            return r;
     }
     client_watch(mc);
+    return CR_NONE;
 }
 
 void middle_detach(struct conn *c)
@@ -1347,32 +1374,29 @@ void middle_detach(struct conn *c)
         ev_feed_event(loop_of(m), &l->timer, EV_TIMER);
 }
 
-void middle_client_event(struct conn *c, int revents)
+enum conn_reason middle_client_event(struct conn *c, int revents)
 {
     struct mclient *mc = c->mc;
     struct proxy_worker *pw = c->pw;
     struct middle *m = pw->middle;
+    enum conn_reason r;
     if (revents & EV_WRITE) {
-        if (side_flush(c, &c->cli, &c->dc))
-            return;
-        if (c->cli.rd_eof && !c->cli.queued) {
-            conn_close(c, CR_DONE);
-            return;
-        }
+        if ((r = side_flush(c, &c->cli, &c->dc)) != CR_NONE)
+            return r;
+        if (c->cli.rd_eof && !c->cli.queued)
+            return CR_DONE;
         mc_sync(mc);
     }
     if (revents & EV_READ) {
-        for (int round = 0; round < 4 && mc->pending_up < pw->opt->me_request_buffer &&
+        for (int round = 0; round < 4 && mc->pending_up < c->gen->opt.me_request_buffer &&
                             mc->link->state == ML_READY;
              round++) {
             ssize_t n = read(c->cli.fd, m->rd, sizeof m->rd);
             STAT_INC(&pw->stats.reads);
             if (n == 0) {
                 c->cli.rd_eof = 1;
-                if (!c->cli.queued) {
-                    conn_close(c, CR_DONE);
-                    return;
-                }
+                if (!c->cli.queued)
+                    return CR_DONE;
                 break;
             }
             if (n < 0) {
@@ -1380,25 +1404,23 @@ void middle_client_event(struct conn *c, int revents)
                     continue;
                 if (errno == EAGAIN || errno == EWOULDBLOCK)
                     break;
-                conn_close(c, CR_CLIENT_CLOSED);
-                return;
+                return CR_CLIENT_CLOSED;
             }
             size_t k = (size_t)n;
-            if (c->tls && faketls_deframe(&c->defr, m->rd, (size_t)n, &k) != FAKETLS_OK) {
-                conn_close(c, CR_CLIENT_PROTOCOL);
-                return;
-            }
+            if (c->tls && faketls_deframe(&c->defr, m->rd, (size_t)n, &k) != FAKETLS_OK)
+                return CR_CLIENT_PROTOCOL;
             crypto_ctr_apply(c->cli_dec, m->rd, m->rd, k);
             c->up_bytes += k;
             STAT_ADD(&pw->stats.bytes_up, k);
             c->last_io = ev_now(pw->w->loop);
-            if (client_feed(mc, m->rd, k))
-                return;
+            if ((r = client_feed(mc, m->rd, k)) != CR_NONE)
+                return r;
             if ((size_t)n < sizeof m->rd)
                 break;
         }
-        if (mc->inlen && mc->link->state == ML_READY && client_packets(mc))
-            return;
+        if (mc->inlen && mc->link->state == ML_READY && (r = client_packets(mc)) != CR_NONE)
+            return r;
     }
     client_watch(mc);
+    return CR_NONE;
 }

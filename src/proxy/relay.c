@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "proto/faketls.h"
+#include "proxy/reload.h"
 
 #define RELAY_IOV_MAX 16
 #define RELAY_READS_PER_EVENT 4 /* fairness: at most this many reads per readiness */
@@ -44,7 +45,7 @@ void side_watch(struct conn *c, struct conn_side *s, unsigned events)
  * watch for writability while bytes are queued to it. */
 void relay_watch(struct conn *c)
 {
-    size_t max = c->pw->opt->max_buffer;
+    size_t max = c->gen->opt.max_buffer;
     unsigned ce = 0, de = 0;
     if (!c->cli.rd_eof && c->dc.queued < max && !c->dc.pipe_full && !c->waiting_block &&
         !c->rate_until[0])
@@ -53,7 +54,7 @@ void relay_watch(struct conn *c)
         !c->rate_until[1])
         de |= EV_READ;
     /* write-batch-mode buffer: a batched write waits for the batch timer */
-    int hold = c->batched && c->pw->opt->write_batch_mode == WB_BUFFER;
+    int hold = c->batched && c->gen->opt.write_batch_mode == WB_BUFFER;
     if (c->cli.queued && !hold)
         ce |= EV_WRITE;
     if (c->dc.queued && !hold)
@@ -133,7 +134,7 @@ static void arena_give(struct conn *c, struct arena_block *b)
             pw->mask_waiters = w->wait_next;
             w->wait_next = NULL;
             w->waiting_block = 0;
-            if (w->state == CS_RELAY)
+            if (w->state == CS_RELAY && !w->closing) /* a marked one closes before the sleep */
                 relay_watch(w);
         }
     }
@@ -142,6 +143,28 @@ static void arena_give(struct conn *c, struct arena_block *b)
 int relay_blocks_full(const struct proxy_worker *pw)
 {
     return pw->relay_blocks_max && pw->arena.in_use - pw->mask_blocks >= pw->relay_blocks_max;
+}
+
+void conn_check_accept(struct proxy_worker *pw)
+{
+    if (pool_full(&pw->conns) || relay_blocks_full(pw) || arena_exhausted(&pw->arena))
+        worker_pause_accept(pw->w);
+    else
+        worker_resume_accept(pw->w);
+}
+
+void conn_rate_pause(struct conn *c, int dir, double wait)
+{
+    struct ev_loop *loop = c->pw->w->loop;
+    ev_tstamp until = ev_now(loop) + wait;
+    c->rate_until[dir] = until;
+    if (ev_is_active(&c->rate_timer)) {
+        if (ev_timer_remaining(loop, &c->rate_timer) <= wait)
+            return;
+        ev_timer_stop(loop, &c->rate_timer);
+    }
+    ev_timer_set(&c->rate_timer, wait, 0);
+    ev_timer_start(loop, &c->rate_timer);
 }
 
 /* A block for the queue of side s: its own spare (buffers = per-connection), else the
@@ -161,7 +184,7 @@ static struct arena_block *block_get(struct conn *c, struct conn_side *s)
  * arena (where it stays hot for the next reader: LIFO). */
 static void block_put(struct conn *c, struct conn_side *s, struct arena_block *b)
 {
-    if (c->pw->opt->buffers && !s->spare && s->fd >= 0)
+    if (c->gen->opt.buffers && !s->spare && s->fd >= 0)
         s->spare = b;
     else
         arena_give(c, b);
@@ -223,6 +246,8 @@ void waiters_wake(struct proxy_worker *pw)
         pw->waiters = c->wait_next;
         c->wait_next = NULL;
         c->waiting_block = 0;
+        if (c->closing) /* marked: closes before the loop sleeps, wants no block */
+            continue;
         if (c->state == CS_RELAY)
             relay_watch(c);
         if (!pw->arena.partial)
@@ -253,7 +278,7 @@ static int side_records(const struct conn *c, const struct conn_side *s)
 static size_t record_cap(struct conn *c)
 {
     struct proxy_worker *pw = c->pw;
-    if (!pw->opt->record_sizing)
+    if (!c->gen->opt.record_sizing)
         return FAKETLS_MAX_PAYLOAD;
     ev_tstamp now = ev_now(pw->w->loop);
     int idle = now - c->rs_last >= RS_IDLE;
@@ -293,9 +318,9 @@ static void record_sent(struct conn *c, size_t n)
 }
 
 /* Records: writes (what is left of) the header of the record that starts the pipe, choosing
- * its length first if no record is open. Returns 1 when the header is out, 0 when the socket
- * is full, -1 on error (errno set). */
-static int record_header_flush(struct conn *c, struct conn_side *s)
+ * its length first if no record is open. Returns CR_NONE (the header is out, unless
+ * s->rec_hdr_left says the socket is full) or CR_CLIENT_CLOSED. */
+static enum conn_reason record_header_flush(struct conn *c, struct conn_side *s)
 {
     struct proxy_worker *pw = c->pw;
     if (!s->rec_left) {
@@ -314,30 +339,31 @@ static int record_header_flush(struct conn *c, struct conn_side *s)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? CR_NONE : CR_CLIENT_CLOSED;
         }
         s->rec_hdr_left -= (uint8_t)w;
     }
-    return 1;
+    return CR_NONE;
 }
 
-/* Writes what is queued to side s. Returns 0, or -1 if the connection was closed. Once the
- * queue drains and the opposite side has ended, s is shut for writing (half-close). */
-int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
+/* Why c ends when a read from or a write to side s failed (errno neither EAGAIN nor EINTR). */
+static enum conn_reason side_error(const struct conn *c, const struct conn_side *s)
+{
+    return s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED;
+}
+
+enum conn_reason side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
 {
     struct proxy_worker *pw = c->pw;
-    int more = s->corked && pw->opt->write_batch_mode == WB_MORE;
+    int more = s->corked && c->gen->opt.write_batch_mode == WB_MORE;
     int records = side_records(c, s);
     while (s->piped) {
         size_t len = s->piped;
         unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (more ? SPLICE_F_MORE : 0);
         if (records) { /* header, payload, header, payload, ... */
-            int r = record_header_flush(c, s);
-            if (r <= 0) {
-                if (r == 0)
-                    return 0;
-                return conn_close(c, CR_CLIENT_CLOSED);
-            }
+            enum conn_reason r = record_header_flush(c, s);
+            if (r != CR_NONE || s->rec_hdr_left)
+                return r; /* failed, or the socket is full */
             len = s->rec_left;
             if (s->piped > len)
                 flags |= SPLICE_F_MORE; /* the next record follows at once */
@@ -346,10 +372,10 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
         STAT_INC(&pw->stats.writes);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
+                return CR_NONE;
             if (errno == EINTR)
                 continue;
-            return conn_close(c, s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+            return side_error(c, s);
         }
         s->piped -= (size_t)w;
         s->queued -= (size_t)w;
@@ -372,10 +398,10 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
         STAT_INC(&pw->stats.writes);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
+                return CR_NONE;
             if (errno == EINTR)
                 continue;
-            return conn_close(c, s == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+            return side_error(c, s);
         }
         s->queued -= (size_t)w;
         while (w > 0) {
@@ -392,7 +418,7 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
             block_put(c, s, b);
         }
         if (s->qhead)
-            return 0; /* short write: the socket is full, wait for EV_WRITE */
+            return CR_NONE; /* short write: the socket is full, wait for EV_WRITE */
     }
     if (pw->waiters)
         waiters_wake(pw);
@@ -400,10 +426,10 @@ int side_flush(struct conn *c, struct conn_side *s, struct conn_side *from)
         shutdown(s->fd, SHUT_WR);
         s->wr_shut = 1;
     }
-    return 0;
+    return CR_NONE;
 }
 
-int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
+enum conn_reason side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
 {
     struct proxy_worker *pw = c->pw;
     size_t bs = pw->arena.block_size;
@@ -411,7 +437,7 @@ int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
         struct arena_block *b = s->qtail;
         if (!b || b->end == bs) {
             if (!(b = block_get(c, s)))
-                return -1;
+                return CR_NO_MEMORY;
             if (s->qtail)
                 s->qtail->next = b;
             else
@@ -425,7 +451,7 @@ int side_queue(struct conn *c, struct conn_side *s, const uint8_t *p, size_t n)
         p += k;
         n -= k;
     }
-    return 0;
+    return CR_NONE;
 }
 
 /* Puts c on the worker's batch list, starting the window if none is open. */
@@ -437,7 +463,7 @@ static void batch_join(struct conn *c)
         c->batch_next = pw->batch;
         pw->batch = c;
         if (!ev_is_active(&pw->batch_timer)) {
-            ev_timer_set(&pw->batch_timer, pw->opt->write_batch_ms / 1000.0, 0);
+            ev_timer_set(&pw->batch_timer, c->gen->opt.write_batch_ms / 1000.0, 0);
             ev_timer_start(pw->w->loop, &pw->batch_timer);
         }
     }
@@ -446,17 +472,17 @@ static void batch_join(struct conn *c)
 /* Writes dst now, or holds the bytes until the worker's batch timer so that several small
  * reads leave in fewer, fuller segments: write-batch-mode buffer keeps less than a block in
  * user space; cork and msg-more write at once into a socket told to hold partial segments. */
-static int flush_or_batch(struct conn *c, struct conn_side *dst, struct conn_side *src)
+static enum conn_reason flush_or_batch(struct conn *c, struct conn_side *dst,
+                                       struct conn_side *src)
 {
-    struct proxy_worker *pw = c->pw;
-    const struct options *o = pw->opt;
+    const struct options *o = &c->gen->opt;
     if (!o->write_batch_ms)
         return side_flush(c, dst, src);
     if (o->write_batch_mode == WB_BUFFER) {
-        if (dst->piped || dst->queued >= pw->arena.block_size)
+        if (dst->piped || dst->queued >= c->pw->arena.block_size)
             return side_flush(c, dst, src);
         batch_join(c);
-        return 0;
+        return CR_NONE;
     }
     if (!dst->corked) {
         int one = 1;
@@ -478,14 +504,23 @@ static void side_uncork(struct conn *c, struct conn_side *s)
     if (s->fd < 0)
         return;
     int zero = 0, one = 1;
-    if (c->pw->opt->write_batch_mode == WB_CORK)
+    if (c->gen->opt.write_batch_mode == WB_CORK)
         setsockopt(s->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
     else
         setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-static void relay_settle(struct conn *c);
+/* After any relay event: CR_DONE when both directions ended and drained, else re-watches. */
+static enum conn_reason relay_settle(struct conn *c)
+{
+    if (c->cli.rd_eof && c->dc.rd_eof && !c->cli.queued && !c->dc.queued)
+        return CR_DONE;
+    relay_watch(c);
+    return CR_NONE;
+}
 
+/* The batch window closed: flushes every batched connection. Not one of their events: a
+ * connection that ends here is marked and closed before the loop sleeps. */
 static void on_batch_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct proxy_worker *pw = t->data;
@@ -495,11 +530,17 @@ static void on_batch_timer(struct ev_loop *loop, ev_timer *t, int revents)
         next = c->batch_next;
         c->batch_next = NULL;
         c->batched = 0;
+        if (c->closing) /* marked: closes before the loop sleeps */
+            continue;
         side_uncork(c, &c->dc);
         side_uncork(c, &c->cli);
-        if (side_flush(c, &c->dc, &c->cli) || side_flush(c, &c->cli, &c->dc))
-            continue; /* closed */
-        relay_settle(c);
+        enum conn_reason r = side_flush(c, &c->dc, &c->cli);
+        if (r == CR_NONE)
+            r = side_flush(c, &c->cli, &c->dc);
+        if (r == CR_NONE)
+            r = relay_settle(c);
+        if (r != CR_NONE)
+            conn_close_later(c, r);
     }
 }
 
@@ -529,7 +570,16 @@ struct relay_dir {
     int tls_in, tls_out;
     uint64_t *counter;
     stat_t *stat_bytes[3]; /* the worker's total, the user's and the DC's (NULL: none) */
+    size_t max;            /* what dst may hold (max-buffer of c's generation) */
+    size_t hdr;            /* room kept for a record header in a fresh block (tls_out) */
+    size_t cap;            /* bytes one read may take (a rate-limited user's burst) */
 };
+
+/* A pump step's verdict: a close reason, CR_NONE (read on), or one of these two, which never
+ * leave relay_pump: stop reading this direction for this event (drained, paused, waiting);
+ * the wide read did not try (the one-block read runs instead). */
+#define PUMP_STOP ((enum conn_reason)CR_COUNT)
+#define PUMP_SKIP ((enum conn_reason)(CR_COUNT + 1))
 
 /* Counts n bytes moved along d: the connection's counter and each counter named. */
 static inline void relay_count(const struct relay_dir *d, uint64_t n)
@@ -548,23 +598,98 @@ static size_t rate_burst(uint64_t rate)
 }
 
 /* The user's limits on n bytes just relayed in direction dir (0 up, 1 down): the quota
- * (used up: the connection ends) and the rate (over it: this direction pauses). Returns -1 if
- * c was closed, 1 if paused, 0 to go on. */
-static int user_limits(struct conn *c, int dir, size_t n)
+ * (used up: CR_LIMIT) and the rate (over it: this direction pauses, PUMP_STOP). */
+static enum conn_reason user_limits(struct conn *c, int dir, size_t n)
 {
     const struct user_limit *l = c->lim;
     struct users *u = c->pw->users;
     if (l->quota && users_charge(u, (uint32_t)c->uid, l->quota, n))
-        return conn_close(c, CR_LIMIT);
+        return CR_LIMIT;
     if (l->rate) {
         double w = users_rate_take(u, (uint32_t)c->uid, dir, l->rate, rate_burst(l->rate), n,
                                    ev_now(c->pw->w->loop));
         if (w > 0) {
             conn_rate_pause(c, dir, w);
-            return 1;
+            return PUMP_STOP;
         }
     }
-    return 0;
+    return CR_NONE;
+}
+
+/* After a read queued m payload bytes to d->dst (the same steps on every read path): counts
+ * them, writes them out (or batches them), charges the user's limits. */
+static inline enum conn_reason pump_moved(struct conn *c, const struct relay_dir *d,
+                                           size_t m)
+{
+    relay_count(d, m);
+    c->last_io = ev_now(c->pw->w->loop);
+    enum conn_reason r = flush_or_batch(c, d->dst, d->src);
+    if (r == CR_NONE && c->lim && m)
+        r = user_limits(c, d->src == &c->cli ? 0 : 1, m);
+    return r;
+}
+
+/* A read from d->src returned n <= 0 (errno set when n < 0; one errno handling for every read
+ * path): at the end of the stream, writes out what dst holds (half-closing it once drained)
+ * and stops; on EAGAIN stops; on EINTR reads again (CR_NONE); else the side's close reason. */
+static enum conn_reason pump_ended(struct conn *c, const struct relay_dir *d, ssize_t n)
+{
+    if (n == 0) {
+        d->src->rd_eof = 1;
+        if (!d->dst->qhead) {
+            enum conn_reason r = side_flush(c, d->dst, d->src);
+            if (r != CR_NONE)
+                return r;
+        }
+        return PUMP_STOP;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return PUMP_STOP;
+    if (errno == EINTR)
+        return CR_NONE;
+    return side_error(c, d->src);
+}
+
+/* Zero-copy: splices up to cap bytes from d->src into d->dst's pipe (the caller checked the
+ * bytes need no transformation and gave dst a pipe). */
+static enum conn_reason pump_splice(struct conn *c, const struct relay_dir *d)
+{
+    struct proxy_worker *pw = c->pw;
+    struct conn_side *src = d->src, *dst = d->dst;
+    size_t room = d->max - dst->queued;
+    if (room > (size_t)pw->pipe_size - dst->piped)
+        room = (size_t)pw->pipe_size - dst->piped;
+    if (room > d->cap)
+        room = d->cap;
+    ssize_t n = splice(src->fd, NULL, dst->pipe_w, NULL, room, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    STAT_INC(&pw->stats.reads);
+    if (n > 0) {
+        dst->piped += (size_t)n;
+        dst->queued += (size_t)n;
+        STAT_ADD(&pw->stats.spliced, (uint64_t)n);
+        enum conn_reason r = pump_moved(c, d, (size_t)n);
+        return r == CR_NONE && (size_t)n < room ? PUMP_STOP : r;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        /* Nothing to read, or the pipe is full: out of slots before out of bytes (a slot
+         * holds one page-sized piece of a segment). Only the latter must stop reading src
+         * until the pipe drains, else a readable src would spin the loop. */
+        int avail = 0;
+        if (dst->piped && ioctl(src->fd, FIONREAD, &avail) == 0 && avail > 0) {
+            dst->pipe_full = 1;
+            STAT_INC(&pw->stats.pipe_full);
+        }
+        if (!dst->piped)
+            pipe_give(pw, dst);
+        return PUMP_STOP;
+    }
+    if (n < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+        c->splice = 0; /* not for these sockets: fall back to read/write */
+        if (!dst->piped)
+            pipe_give(pw, dst);
+        return CR_NONE;
+    }
+    return pump_ended(c, d, n);
 }
 
 /* Bulk connections (the last read filled its whole room; never toward an ee client, whose
@@ -572,18 +697,15 @@ static int user_limits(struct conn *c, int dir, size_t n)
  * fresh blocks, so a busy stream makes a quarter of the calls at 64 KiB a read with 16 KiB
  * blocks. Each block's bytes are then deframed, decrypted and re-encrypted while they are in
  * L1. Blocks not filled go back at once, so an idle connection holds no more than before.
- * Returns 1 if it tried (*rv: what readv returned, errno kept; *got: payload bytes queued;
- * *full: the read filled all it asked for), 0 if it did not (fewer than two blocks to be had:
- * the one-block path runs), -1 if c was closed. */
-static int pump_wide(struct conn *c, const struct relay_dir *d, size_t cap, ssize_t *rv,
-                     size_t *got, int *full)
+ * PUMP_SKIP if fewer than two blocks are to be had (the one-block read runs). */
+static enum conn_reason pump_wide(struct conn *c, const struct relay_dir *d)
 {
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
-    size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
-    size_t budget = max - dst->queued;
-    if (budget > cap)
-        budget = cap;
+    size_t bs = pw->arena.block_size;
+    size_t budget = d->max - dst->queued;
+    if (budget > d->cap)
+        budget = d->cap;
     struct arena_block *blk[RELAY_WIDE_MAX + 1];
     struct iovec iov[RELAY_WIDE_MAX + 1];
     int n = 0, nfresh = 0;
@@ -610,7 +732,7 @@ static int pump_wide(struct conn *c, const struct relay_dir *d, size_t cap, ssiz
     if (n < 2) { /* nothing to gain over one read: let the one-block path do it */
         for (int i = first_fresh; i < n; i++)
             block_put(c, dst, blk[i]);
-        return 0;
+        return PUMP_SKIP;
     }
     ssize_t r = readv(src->fd, iov, n);
     int err = errno;
@@ -623,7 +745,7 @@ static int pump_wide(struct conn *c, const struct relay_dir *d, size_t cap, ssiz
         if (k && d->tls_in && faketls_deframe(&c->defr, p, k, &m) != FAKETLS_OK) {
             for (int j = i > first_fresh ? i : first_fresh; j < n; j++)
                 block_put(c, dst, blk[j]);
-            return conn_close(c, CR_CLIENT_PROTOCOL);
+            return CR_CLIENT_PROTOCOL;
         }
         if (m && d->dec)
             crypto_ctr_apply(d->dec, p, p, m);
@@ -644,245 +766,142 @@ static int pump_wide(struct conn *c, const struct relay_dir *d, size_t cap, ssiz
         }
     }
     dst->queued += moved;
-    *rv = r;
-    *got = moved;
-    *full = r > 0 && (size_t)r == room;
-    if (r > 0) {
-        STAT_INC(&pw->stats.wide_reads);
-        src->wide = *full ? (uint8_t)(src->wide * 2 > RELAY_WIDE_MAX ? RELAY_WIDE_MAX
-                                                                     : src->wide * 2)
-                          : 1;
+    if (r <= 0) {
+        errno = err;
+        return pump_ended(c, d, r);
     }
-    errno = err;
-    return 1;
+    STAT_INC(&pw->stats.wide_reads);
+    int full = (size_t)r == room;
+    src->wide = full ? (uint8_t)(src->wide * 2 > RELAY_WIDE_MAX ? RELAY_WIDE_MAX : src->wide * 2)
+                     : 1;
+    enum conn_reason v = pump_moved(c, d, moved);
+    return v == CR_NONE && !full ? PUMP_STOP : v;
 }
 
-/* Moves bytes along one direction and writes them out. One function for both directions.
- * Returns 0, or -1 if the connection was closed. */
-static int relay_pump(struct conn *c, const struct relay_dir *d)
+/* One read into dst's tail block, or into a fresh block (always toward an ee client: a
+ * fresh block is one record, its header written in front of what was read). */
+static enum conn_reason pump_block(struct conn *c, const struct relay_dir *d)
 {
     struct proxy_worker *pw = c->pw;
     struct conn_side *src = d->src, *dst = d->dst;
-    struct crypto_ctr *dec = d->dec, *enc = d->enc;
-    size_t bs = pw->arena.block_size, max = pw->opt->max_buffer;
-    size_t hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
-    int dir = src == &c->cli ? 0 : 1;
-    size_t cap = c->lim && c->lim->rate ? rate_burst(c->lim->rate) : SIZE_MAX;
+    size_t bs = pw->arena.block_size, hdr = d->hdr;
+    struct arena_block *b = dst->qtail;
+    int fresh = 0;
+    if (!b || b->end == bs || d->tls_out) { /* tls_out: a fresh block is one record */
+        b = block_get(c, dst);
+        if (!b) {
+            STAT_INC(&pw->stats.block_waits);
+            if (!c->waiting_block) { /* fronted ones wait for their own budget */
+                struct conn **list = c->mode == CONN_MODE_MASK ? &pw->mask_waiters
+                                                               : &pw->waiters;
+                c->waiting_block = 1;
+                c->wait_next = *list;
+                *list = c;
+            }
+            conn_check_accept(pw);
+            return PUMP_STOP;
+        }
+        fresh = 1;
+        b->end = (uint32_t)hdr; /* room for the record header */
+    }
+    size_t room = bs - b->end;
+    if (room > d->max - dst->queued - hdr)
+        room = d->max - dst->queued - hdr;
+    if (room > d->cap)
+        room = d->cap;
+    if (d->tls_out) {
+        size_t rcap = record_cap(c);
+        if (room > rcap)
+            room = rcap;
+    }
+    uint8_t *p = b->data + b->end;
+    ssize_t n = read(src->fd, p, room);
+    STAT_INC(&pw->stats.reads);
+    if (n <= 0) {
+        if (fresh)
+            block_put(c, dst, b);
+        return pump_ended(c, d, n);
+    }
+    size_t m = (size_t)n;
+    if (d->tls_in && faketls_deframe(&c->defr, p, (size_t)n, &m) != FAKETLS_OK) {
+        if (fresh)
+            block_put(c, dst, b);
+        return CR_CLIENT_PROTOCOL;
+    }
+    if (d->dec) /* NULL on the download direction in fast mode: bytes pass as they are */
+        crypto_ctr_apply(d->dec, p, p, m);
+    if (d->enc)
+        crypto_ctr_apply(d->enc, p, p, m);
+    if (m == 0 && fresh) { /* only record headers arrived */
+        block_put(c, dst, b);
+    } else {
+        if (d->tls_out) {
+            faketls_record_header(b->data, m);
+            record_sent(c, m);
+        }
+        b->end += (uint32_t)m;
+        if (fresh) {
+            if (dst->qtail)
+                dst->qtail->next = b;
+            else
+                dst->qhead = b;
+            dst->qtail = b;
+            dst->queued += hdr;
+        }
+        dst->queued += m;
+    }
+    enum conn_reason r = pump_moved(c, d, m);
+    if (r != CR_NONE)
+        return r;
+    if ((size_t)n < room) {
+        src->wide = 1;
+        return PUMP_STOP; /* the socket is drained: another read would only say EAGAIN */
+    }
+    if (!d->tls_out && room == bs - hdr)
+        src->wide = 2; /* a whole block came: read wider next time (pump_wide) */
+    return CR_NONE;
+}
+
+/* Moves bytes along one direction and writes them out. One function for both directions:
+ * up to RELAY_READS_PER_EVENT reads, each spliced, wide or into one block. */
+static enum conn_reason relay_pump(struct conn *c, struct relay_dir *d)
+{
+    struct proxy_worker *pw = c->pw;
+    struct conn_side *src = d->src, *dst = d->dst;
+    d->max = c->gen->opt.max_buffer;
+    d->hdr = d->tls_out ? FAKETLS_RECORD_HDR_LEN : 0;
+    d->cap = c->lim && c->lim->rate ? rate_burst(c->lim->rate) : SIZE_MAX;
     for (int round = 0; round < RELAY_READS_PER_EVENT && !src->rd_eof; round++) {
-        if (dst->queued + hdr >= max)
+        if (dst->queued + d->hdr >= d->max)
             break;
+        enum conn_reason r = PUMP_SKIP;
         /* Zero-copy path: only for bytes that need no transformation (toward an ee client,
          * side_flush puts a record header before each spliced record), and never while
          * blocks are queued to dst (the pipe and the block queue must not interleave). */
-        if (c->splice && !dec && !enc && !d->tls_in && (!d->tls_out || pw->opt->splice_tls) &&
-            !dst->qhead && (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0)) {
-            size_t room = max - dst->queued;
-            if (room > (size_t)pw->pipe_size - dst->piped)
-                room = (size_t)pw->pipe_size - dst->piped;
-            if (room > cap)
-                room = cap;
-            ssize_t n = splice(src->fd, NULL, dst->pipe_w, NULL, room,
-                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-            STAT_INC(&pw->stats.reads);
-            if (n > 0) {
-                dst->piped += (size_t)n;
-                dst->queued += (size_t)n;
-                relay_count(d, (uint64_t)n);
-                STAT_ADD(&pw->stats.spliced, (uint64_t)n);
-                c->last_io = ev_now(pw->w->loop);
-                if (flush_or_batch(c, dst, src))
-                    return -1;
-                if (c->lim) {
-                    int l = user_limits(c, dir, (size_t)n);
-                    if (l < 0)
-                        return -1;
-                    if (l)
-                        break;
-                }
-                if ((size_t)n < room)
-                    break;
-                continue;
-            }
-            if (n == 0) {
-                src->rd_eof = 1;
-                if (side_flush(c, dst, src))
-                    return -1;
-                break;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                /* Nothing to read, or the pipe is full: out of slots before out of bytes
-                 * (a slot holds one page-sized piece of a segment). Only the latter must
-                 * stop reading src until the pipe drains, else a readable src would spin
-                 * the loop. */
-                int avail = 0;
-                if (dst->piped && ioctl(src->fd, FIONREAD, &avail) == 0 && avail > 0) {
-                    dst->pipe_full = 1;
-                    STAT_INC(&pw->stats.pipe_full);
-                }
-                if (!dst->piped)
-                    pipe_give(pw, dst);
-                break;
-            }
-            if (errno == EINTR)
-                continue;
-            if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
-                c->splice = 0; /* not for these sockets: fall back to read/write */
-                if (!dst->piped)
-                    pipe_give(pw, dst);
-                continue;
-            }
-            return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
-        }
-        if (src->wide > 1 && !d->tls_out) {
-            ssize_t r = 0;
-            size_t got = 0;
-            int full = 0, w = pump_wide(c, d, cap, &r, &got, &full);
-            if (w < 0)
-                return -1;
-            if (w && r > 0) {
-                relay_count(d, got);
-                c->last_io = ev_now(pw->w->loop);
-                if (flush_or_batch(c, dst, src))
-                    return -1;
-                if (c->lim && got) {
-                    int l = user_limits(c, dir, got);
-                    if (l < 0)
-                        return -1;
-                    if (l)
-                        break;
-                }
-                if (!full)
-                    break;
-                continue;
-            }
-            if (w && r == 0) {
-                src->rd_eof = 1;
-                if (!dst->qhead && side_flush(c, dst, src))
-                    return -1;
-                break;
-            }
-            if (w) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK)
-                    break;
-                if (errno == EINTR)
-                    continue;
-                return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
-            }
-        }
-        struct arena_block *b = dst->qtail;
-        int fresh = 0;
-        if (!b || b->end == bs || d->tls_out) { /* tls_out: a fresh block is one record */
-            b = block_get(c, dst);
-            if (!b) {
-                STAT_INC(&pw->stats.block_waits);
-                if (!c->waiting_block) { /* fronted ones wait for their own budget */
-                    struct conn **list = c->mode == CONN_MODE_MASK ? &pw->mask_waiters
-                                                                   : &pw->waiters;
-                    c->waiting_block = 1;
-                    c->wait_next = *list;
-                    *list = c;
-                }
-                conn_check_accept(pw);
-                break;
-            }
-            fresh = 1;
-            b->end = (uint32_t)hdr; /* room for the record header */
-        }
-        size_t room = bs - b->end;
-        if (room > max - dst->queued - hdr)
-            room = max - dst->queued - hdr;
-        if (room > cap)
-            room = cap;
-        if (d->tls_out) {
-            size_t rcap = record_cap(c);
-            if (room > rcap)
-                room = rcap;
-        }
-        uint8_t *p = b->data + b->end;
-        ssize_t n = read(src->fd, p, room);
-        STAT_INC(&pw->stats.reads);
-        if (n > 0) {
-            size_t m = (size_t)n;
-            if (d->tls_in && faketls_deframe(&c->defr, p, (size_t)n, &m) != FAKETLS_OK) {
-                if (fresh)
-                    block_put(c, dst, b);
-                return conn_close(c, CR_CLIENT_PROTOCOL);
-            }
-            if (dec) /* NULL on the download direction in fast mode: bytes pass as they are */
-                crypto_ctr_apply(dec, p, p, m);
-            if (enc)
-                crypto_ctr_apply(enc, p, p, m);
-            if (m == 0 && fresh) { /* only record headers arrived */
-                block_put(c, dst, b);
-            } else {
-                if (d->tls_out) {
-                    faketls_record_header(b->data, m);
-                    record_sent(c, m);
-                }
-                b->end += (uint32_t)m;
-                if (fresh) {
-                    if (dst->qtail)
-                        dst->qtail->next = b;
-                    else
-                        dst->qhead = b;
-                    dst->qtail = b;
-                    dst->queued += hdr;
-                }
-                dst->queued += m;
-            }
-            relay_count(d, m);
-            c->last_io = ev_now(pw->w->loop);
-            if (flush_or_batch(c, dst, src))
-                return -1;
-            if (c->lim && m) {
-                int l = user_limits(c, dir, m);
-                if (l < 0)
-                    return -1;
-                if (l)
-                    break;
-            }
-            if ((size_t)n < room) {
-                src->wide = 1;
-                break; /* the socket is drained: another read would only say EAGAIN */
-            }
-            if (!d->tls_out && room == bs - hdr)
-                src->wide = 2; /* a whole block came: read wider next time (pump_wide) */
-            continue;
-        }
-        if (fresh)
-            block_put(c, dst, b);
-        if (n == 0) {
-            src->rd_eof = 1;
-            if (!dst->qhead && side_flush(c, dst, src))
-                return -1;
+        if (c->splice && !d->dec && !d->enc && !d->tls_in &&
+            (!d->tls_out || c->gen->opt.splice_tls) && !dst->qhead &&
+            (dst->pipe_r >= 0 || pipe_take(pw, dst) == 0))
+            r = pump_splice(c, d);
+        else if (src->wide > 1 && !d->tls_out)
+            r = pump_wide(c, d);
+        if (r == PUMP_SKIP)
+            r = pump_block(c, d);
+        if (r == PUMP_STOP)
             break;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            break;
-        if (errno == EINTR)
-            continue;
-        return conn_close(c, src == &c->cli ? CR_CLIENT_CLOSED : CR_DC_CLOSED);
+        if (r != CR_NONE)
+            return r;
     }
-    return 0;
+    return CR_NONE;
 }
 
-/* After any relay event: close when both directions ended and drained, else re-watch. */
-static void relay_settle(struct conn *c)
-{
-    if (c->cli.rd_eof && c->dc.rd_eof && !c->cli.queued && !c->dc.queued) {
-        conn_close(c, CR_DONE);
-        return;
-    }
-    relay_watch(c);
-}
-
-void relay_event(struct conn *c, struct conn_side *s, int revents)
+enum conn_reason relay_event(struct conn *c, struct conn_side *s, int revents)
 {
     int is_cli = s == &c->cli;
     struct conn_side *o = is_cli ? &c->dc : &c->cli;
     if (revents & EV_WRITE) {
-        if (side_flush(c, s, o))
-            return;
+        enum conn_reason r = side_flush(c, s, o);
+        if (r != CR_NONE)
+            return r;
     }
     if (revents & EV_READ) {
         struct relay_dir d = {.src = s, .dst = o};
@@ -900,9 +919,9 @@ void relay_event(struct conn *c, struct conn_side *s, int revents)
             d.counter = &c->down_bytes;
             conn_byte_counters(c, 1, d.stat_bytes);
         }
-        if (relay_pump(c, &d))
-            return;
+        enum conn_reason r = relay_pump(c, &d);
+        if (r != CR_NONE)
+            return r;
     }
-    relay_settle(c);
+    return relay_settle(c);
 }
-
