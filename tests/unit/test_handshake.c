@@ -409,6 +409,24 @@ static void test_bad_header_held_without_mask(void **s)
     fx_stop();
 }
 
+/* A first padded client is served; a second one (header w2) is refused: fronted, with
+ * `counter` at 1 and the handshake count still 1. */
+static void second_client_refused(const uint8_t *w1, const uint8_t *w2, stat_t *counter)
+{
+    int c1 = client();
+    send_split(c1, w1, OBFS2_HDR_LEN, 0);
+    int dc = accept_upstream(F.dc_lfd);
+    assert_true(dc >= 0);
+    int c2 = client();
+    send_split(c2, w2, OBFS2_HDR_LEN, 0);
+    assert_int_equal(STAT_GET(counter), 1);
+    assert_int_equal(STAT_GET(&F.pw.stats.handshakes), 1);
+    expect_fronted(c2, w2, OBFS2_HDR_LEN);
+    close(c1);
+    close(dc);
+    spin(5);
+}
+
 static void test_replayed_header_rejected(void **s)
 {
     (void)s;
@@ -416,19 +434,8 @@ static void test_replayed_header_rejected(void **s)
     struct crypto_ctr *enc;
     uint8_t wire[OBFS2_HDR_LEN];
     client_header(OBFS2_TAG_PADDED, 2, F.key, wire, &enc);
-    int c1 = client();
-    send_split(c1, wire, sizeof wire, 0);
-    int dc = accept_upstream(F.dc_lfd);
-    assert_true(dc >= 0);
-    int c2 = client();
-    send_split(c2, wire, sizeof wire, 0);
-    assert_int_equal(STAT_GET(&F.pw.stats.replays), 1);
-    assert_int_equal(STAT_GET(&F.pw.stats.handshakes), 1);
-    expect_fronted(c2, wire, sizeof wire);
+    second_client_refused(wire, wire, &F.pw.stats.replays);
     crypto_ctr_free(enc);
-    close(c1);
-    close(dc);
-    spin(5);
     fx_stop();
 }
 
@@ -519,20 +526,9 @@ static void test_user_limit_refused(void **s)
     uint8_t w1[OBFS2_HDR_LEN], w2[OBFS2_HDR_LEN];
     client_header(OBFS2_TAG_PADDED, 2, F.key, w1, &e1);
     client_header(OBFS2_TAG_PADDED, 2, F.key, w2, &e2);
-    int c1 = client();
-    send_split(c1, w1, sizeof w1, 0);
-    int dc = accept_upstream(F.dc_lfd);
-    assert_true(dc >= 0);
-    int c2 = client();
-    send_split(c2, w2, sizeof w2, 0);
-    assert_int_equal(STAT_GET(&F.pw.stats.user_refused), 1);
-    assert_int_equal(STAT_GET(&F.pw.stats.handshakes), 1);
-    expect_fronted(c2, w2, sizeof w2);
+    second_client_refused(w1, w2, &F.pw.stats.user_refused);
     crypto_ctr_free(e1);
     crypto_ctr_free(e2);
-    close(c1);
-    close(dc);
-    spin(5);
     fx_stop();
 }
 
