@@ -25,10 +25,10 @@ case "$run" in
 *'$(cat .ci/debian-packages-build)'*'./build/mtproxy'*) ;;
 *) fail "README.md's run command does not install \$(cat .ci/debian-packages-build): $run" ;;
 esac
-tst=$(grep -A8 '^Build and run all the tests' "$root/README.md" | grep '^apt-get' | head -1)
+tst=$(grep -A14 '^Build and run all the tests' "$root/README.md" | grep '^apt-get' | head -1)
 case "$tst" in
-*'$(cat .ci/debian-packages)'*ctest*) ;;
-*) fail "README.md's test command does not install \$(cat .ci/debian-packages): $tst" ;;
+*'.ci/apt-install-no-daemons .ci/debian-packages '*ctest*) ;;
+*) fail "README.md's test command does not install .ci/debian-packages (.ci/apt-install-no-daemons): $tst" ;;
 esac
 
 # Headers the program includes (not the tests).
@@ -96,7 +96,7 @@ done
 # The run command and the service set-ups build with only the build list: no cmocka, so no
 # tests or benchmarks (they are ON by default).
 if ! grep -qx libcmocka-dev "$build"; then
-    grep -E '(^apt-get .*&& |^)cmake -S \. -B build' "$root/README.md" | grep -v 'debian-packages)' |
+    grep -E '(^apt-get .*&& |^)cmake -S \. -B build' "$root/README.md" | grep -v '\.ci/debian-packages[ )]' |
         while IFS= read -r line; do
             case "$line" in
             *-DMTPROXY_TESTS=OFF*-DMTPROXY_BENCH=OFF*) ;;

@@ -20,7 +20,8 @@ set -- packaging/sysv/mtproxy \
     packaging/debian/postrm \
     packaging/openwrt/luci-app-mtproxy/root/usr/libexec/rpcd/luci.mtproxy \
     tests/check_packages.sh \
-    tests/fresh/run.sh
+    tests/fresh/run.sh \
+    .ci/apt-install-no-daemons
 status=0
 for f in "$@"; do
     [ -f "$f" ] || continue

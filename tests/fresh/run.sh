@@ -2,6 +2,9 @@
 # tests/fresh/run.sh: the README's run command, verbatim, on a freshly debootstrapped Debian 12.
 #
 #   tests/fresh/run.sh             the run command and the service lines (systemd build, SysV)
+#   tests/fresh/run.sh test-install
+#                                  the install part of the README test command, verbatim: no daemon
+#                                  started or enabled by it; its disk and time
 #   tests/fresh/run.sh test-list BUILD_DIR
 #                                  what the host's run of the README test command found (BUILD_DIR's
 #                                  CMake cache) comes from the test list on a fresh machine
@@ -23,7 +26,7 @@
 # in the same loopback-only namespace): the SysV service starts, writes its links and stops.
 #
 # Needs root, debootstrap (apt-get installs it if missing), unshare, chroot, ip, git.
-# shellcheck disable=SC2016,SC2015,SC2013 # commands for the chroot in single quotes; a && b || die
+# shellcheck disable=SC2016,SC2015,SC2013,SC2012 # commands for the chroot in single quotes; a && b || die
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 base=${MTPROXY_FRESH_CACHE:-/var/cache/mtproxy-ci/bookworm-minbase}
@@ -99,6 +102,12 @@ in_netns() {
 # matching HEAD.
 readme_line() { grep -A"$2" -e "$1" "$root/README.md" | grep -e "$3" | head -1; }
 
+# enabled_in ROOT: the services enabled in the tree ROOT (systemd links, SysV S links).
+enabled_in() {
+    (cd "$1" && find etc/systemd/system -mindepth 2 -maxdepth 2 -type l \
+        \( -path '*.wants/*' -o -path '*.requires/*' \) 2>/dev/null | sed 's|.*/|systemd |'
+    ls etc/rc2.d etc/rc3.d etc/rc4.d etc/rc5.d 2>/dev/null | sed -n 's/^S[0-9]*/sysv /p') | sort -u
+}
 # owner FILE: the Debian package that ships FILE (merged /usr: as a link's target or without /usr).
 owner() {
     local r c
@@ -156,6 +165,39 @@ if [ "${1:-}" = test-list ]; then
     [ -z "$extra" ] || log "note: tests that look these up run here but would skip on a fresh machine:$extra"
     log "ok: the test list installs on a fresh Debian 12 ($(printf '%s\n' "$have" | wc -l) packages)," \
         "and all $n files the host's build found come from it ($(($(date +%s) - t0)) s)"
+    exit 0
+fi
+
+if [ "${1:-}" = test-install ]; then
+    # ---- the README test command's install leaves the machine as it found it ------------------
+    make_base
+    new_machine
+    tst=$(readme_line 'Build and run all the tests' 14 '^apt-get')
+    inst=${tst%% && cmake *}
+    [ -n "$tst" ] && [ "$inst" != "$tst" ] || die "README.md: no test command found"
+    log "the test command's install part: $inst"
+    git clone -q --no-local "$root" "$work/root/mtproxy"
+    in_chroot 'apt-get update -qq' >&2 || log "apt-get update reported errors (going on)"
+    in_chroot "cd /root/mtproxy && apt-get install -y -qq --download-only \$(cat .ci/debian-packages)" >/dev/null ||
+        die "the test list does not download on a fresh Debian 12"
+    rm -rf "$work"/var/cache/apt/archives/partial
+    du0=$(du -sxm --exclude=var/cache/apt/archives --exclude=var/lib/apt/lists "$work" | cut -f1)
+    enabled0=$(enabled_in "$work")
+    s0=$(date +%s)
+    # Loopback only: a daemon that starts anyway cannot listen on this machine's addresses.
+    in_netns "cd /root/mtproxy && $inst" >"$work/root/install.log" 2>&1 ||
+        { tail -30 "$work/root/install.log" >&2; die "the test command's install failed"; }
+    secs=$(($(date +%s) - s0))
+    du1=$(du -sxm --exclude=var/cache/apt/archives --exclude=var/lib/apt/lists "$work" | cut -f1)
+    bad=0
+    running=$(for p in $(inside); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)
+    [ -z "$running" ] || { log "left running after the install: $running"; bad=1; }
+    new=$(enabled_in "$work" | grep -vxF -e "$enabled0" -e '' || true)
+    [ -z "$new" ] || { log "enabled by the install: $(printf "%s\n" "$new" | tr "\n" " ")"; bad=1; }
+    [ ! -e "$work/usr/sbin/policy-rc.d" ] || { log "policy-rc.d left behind"; bad=1; }
+    [ $bad = 0 ] || die "the README test command's install changes the machine beyond its packages"
+    log "ok: installed the test list (no recommends) in ${secs} s (from downloaded packages)," \
+        "$((du1 - du0)) MB on disk, no daemon started or enabled ($(($(date +%s) - t0)) s)"
     exit 0
 fi
 
