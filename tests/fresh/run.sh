@@ -252,6 +252,10 @@ grep -q 'stopped\|stopping\|exit' "$out" || log "note: no stop message in the lo
 pids=()
 [ -f "$work/root/mtproxy/mtproxy.state" ] && [ -f "$work/root/mtproxy/mtproxy.state.links" ] ||
     die "no mtproxy.state and mtproxy.state.links after the run"
+# What the run left in the checkout (the secret, its links, the lock) is ignored by git, so a
+# `git add -A` there cannot commit a secret.
+untracked=$(git -C "$work/root/mtproxy" status --porcelain --untracked-files=all)
+[ -z "$untracked" ] || die "the run left files git would add: $(printf '%s' "$untracked" | tr '\n' ' ')"
 log "ok: the run command built, started and printed its links, and stopped on SIGTERM" \
     "($(($(date +%s) - t0)) s)"
 
