@@ -271,11 +271,12 @@ in_netns "cd /root/mtproxy && $sysd" >"$work/root/systemd.log" 2>&1 ||
 log "SysV lines:"
 printf '%s\n' "$sysv" >&2
 script=$(printf 'set -e\ncd /root/mtproxy\n%s\nsleep 1\n%s\n/etc/init.d/mtproxy stop\n' "$sysv" \
-    'echo "state owner: $(stat -c %U /var/lib/mtproxy/mtproxy.state)"')
+    'echo "runs as uid $(sed -n "s/^Uid:[[:space:]]*\([0-9]*\).*/\1/p" /proc/$(cat /var/run/mtproxy.pid)/status), mtproxy is $(id -u mtproxy)"')
 in_netns "$script" >"$work/root/sysv.log" 2>&1 ||
     { tail -30 "$work/root/sysv.log" >&2; die "the SysV lines failed"; }
-grep -q 'tg://proxy?' "$work/root/sysv.log" || { cat "$work/root/sysv.log" >&2; die "SysV: no links printed"; }
-grep -qx 'state owner: mtproxy' "$work/root/sysv.log" || { cat "$work/root/sysv.log" >&2; die "SysV: not run as mtproxy"; }
+grep -q 'tg://proxy?' "$work/root/sysv.log" || { tail -30 "$work/root/sysv.log" >&2; die "SysV: no links printed"; }
+grep -qE '^runs as uid ([0-9]+), mtproxy is \1$' "$work/root/sysv.log" ||
+    { grep -v secret "$work/root/sysv.log" >&2; die "SysV: not run as mtproxy"; }
 [ -z "$(inside)" ] || die "SysV: still running after stop: $(inside | tr '\n' ' ')"
 log "ok: systemd build line installed the unit; SysV built, started as mtproxy, printed links, stopped" \
     "($(($(date +%s) - t0)) s)"
