@@ -20,6 +20,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt mtproxy.conf ./
+COPY cmake/ cmake/
 COPY include/ include/
 COPY src/ src/
 COPY packaging/ packaging/

@@ -2,6 +2,7 @@
 # tests/fresh/run.sh: the README's run command, verbatim, on a freshly debootstrapped Debian 12.
 #
 #   tests/fresh/run.sh             the run command and the service lines (systemd build, SysV)
+#   tests/fresh/run.sh base        makes the cached base tree if missing and prints its path
 #   tests/fresh/run.sh test-install
 #                                  the install part of the README test command, verbatim: no daemon
 #                                  started or enabled by it; its disk and time
@@ -117,6 +118,12 @@ owner() {
     done
     return 0
 }
+
+if [ "${1:-}" = base ]; then
+    make_base
+    echo "$base"
+    exit 0
+fi
 
 if [ "${1:-}" = test-list ]; then
     # ---- the README's test command: is the host's run of it what a fresh machine would do? ---
