@@ -100,7 +100,7 @@ wait_log() { # CONTAINER TEXT [COUNT]: until TEXT is in the log COUNT times (1)
     pod logs "$1" >&2 || true
     die "$1: no '$2' in the log"
 }
-secret_of() { pod exec "$1" cat /var/lib/mtproxy/mtproxy.state.links | sed -n 's/.*secret=\([0-9a-f]*\).*/\1/p' | head -1; }
+secret_of() { pod exec "$1" cat /var/lib/mtproxy/mtproxy.state.links | sed -n 's/.*secret=\([0-9a-f]*\).*/\1/p' | sed -n 1p; }
 
 # 1. The README's line.
 ctrs+=(mtproxy-test)
@@ -110,7 +110,7 @@ uid=$(pod exec mtproxy-test id -u)
 [ "$uid" = 10001 ] || die "runs as uid $uid, not 10001"
 pod healthcheck run mtproxy-test >/dev/null || die "the healthcheck failed"
 links=$(pod exec mtproxy-test cat /var/lib/mtproxy/mtproxy.state.links)
-printf '%s\n' "$links" | grep -q 'server=proxy.example.org&port=443&' ||
+grep -q 'server=proxy.example.org&port=443&' <<<"$links" ||
     die "the links do not name proxy.example.org:443: $links"
 s1=$(secret_of mtproxy-test)
 [ -n "$s1" ] || die "no secret in the links"

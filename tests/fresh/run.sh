@@ -101,7 +101,7 @@ in_netns() {
 }
 # readme_line HEAD N PATTERN: the first line matching PATTERN within N lines after a line
 # matching HEAD.
-readme_line() { grep -A"$2" -e "$1" "$root/README.md" | grep -e "$3" | head -1; }
+readme_line() { grep -A"$2" -e "$1" "$root/README.md" | grep -e "$3" | sed -n 1p; }
 
 # enabled_in ROOT: the services enabled in the tree ROOT (systemd links, SysV S links).
 enabled_in() {
@@ -114,7 +114,7 @@ owner() {
     local r c
     r=$(readlink -f "$1")
     for c in "$1" "$r" "${1#/usr}" "${r#/usr}"; do
-        dpkg -S "$c" 2>/dev/null | grep -v '^diversion' | head -1 | cut -d: -f1 | grep . && return 0
+        dpkg -S "$c" 2>/dev/null | grep -v '^diversion' | sed -n 1p | cut -d: -f1 | grep . && return 0
     done
     return 0
 }
@@ -152,7 +152,7 @@ if [ "${1:-}" = test-list ]; then
         if [ -z "$p" ]; then
             log "the host's build used $f, which no Debian package ships"
             bad=1
-        elif ! printf '%s\n' "$have" | grep -qx "$p"; then
+        elif ! grep -qx "$p" <<<"$have"; then
             log "the host's build used $f from $p, which the test list does not bring"
             bad=1
         fi
@@ -166,7 +166,7 @@ if [ "${1:-}" = test-list ]; then
         "$root/tests" "$root/packaging" "$root/bench" | sed -E 's/.*[("'"'"' ]//' | sort -u); do
         f=$(command -v "$t" 2>/dev/null) || continue
         p=$(owner "$f")
-        [ -n "$p" ] && printf '%s\n' "$have" | grep -qx "$p" && continue
+        [ -n "$p" ] && grep -qx "$p" <<<"$have" && continue
         extra="$extra $t(${p:-not from a package})"
     done
     [ -z "$extra" ] || log "note: tests that look these up run here but would skip on a fresh machine:$extra"
@@ -250,7 +250,7 @@ fi
 log "built and started: links shown ($(($(date +%s) - t0)) s)"
 sleep 1
 kill -0 "${pids[0]}" 2>/dev/null || { tail -20 "$out" >&2; die "the proxy did not stay up"; }
-grep -E 'tg://proxy\?|https://t.me/proxy\?' "$out" | head -2 | sed 's/secret=[0-9a-f]*/secret=.../' >&2
+grep -E 'tg://proxy\?|https://t.me/proxy\?' "$out" | sed -n 1,2p | sed 's/secret=[0-9a-f]*/secret=.../' >&2
 # shellcheck disable=SC2046 # one pid a word
 kill -TERM $(inside)
 for _ in $(seq 50); do [ -n "$(inside)" ] || break; sleep 0.2; done
