@@ -1,4 +1,4 @@
-# Dockerfile: mtproxy image: Debian 12 build stage, then a small non-root runtime (libev4 + libssl3 only).
+# Dockerfile: mtproxy image: Debian 12 build stage, then a small non-root runtime (libev4, libssl3, zlib1g, libqrencode4, libhiredis0.14).
 #
 #   docker build -t mtproxy .
 #   docker run -d --name mtproxy -p 443:8443 -v mtproxy-state:/var/lib/mtproxy mtproxy \
@@ -16,9 +16,11 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         gcc libc6-dev make cmake pkg-config libev-dev libssl-dev \
+        zlib1g-dev libqrencode-dev libhiredis-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt mtproxy.conf ./
+COPY cmake/ cmake/
 COPY include/ include/
 COPY src/ src/
 COPY packaging/ packaging/
@@ -31,7 +33,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
 FROM debian:bookworm-slim
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libev4 libssl3 \
+    && apt-get install -y --no-install-recommends libev4 libssl3 zlib1g libqrencode4 libhiredis0.14 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --user-group --uid 10001 --home-dir /var/lib/mtproxy \
         --shell /usr/sbin/nologin mtproxy \

@@ -19,7 +19,9 @@ set -- packaging/sysv/mtproxy \
     packaging/debian/test.sh \
     packaging/debian/postrm \
     packaging/openwrt/luci-app-mtproxy/root/usr/libexec/rpcd/luci.mtproxy \
-    tests/check_packages.sh
+    tests/check_packages.sh \
+    tests/fresh/run.sh \
+    .ci/apt-install-no-daemons
 status=0
 for f in "$@"; do
     [ -f "$f" ] || continue

@@ -302,16 +302,32 @@ def run_mtproxy(bins, args, user=None, timeout=10):
     import subprocess
     from harness import mtproxy_argv
     pre = None
+    copy = None
     if user:
         import pwd
+        import shutil
+        import tempfile
         pw = pwd.getpwnam(user)
+        # The build tree may be where `user` cannot reach it (a checkout under /root is 0700 on
+        # Debian): run a copy of the binary from a directory every user can enter.
+        copy = tempfile.mkdtemp(prefix="mtproxy-as-user-", dir="/tmp")
+        os.chmod(copy, 0o755)
+        exe = os.path.join(copy, "mtproxy")
+        shutil.copyfile(bins["mtproxy"], exe)
+        os.chmod(exe, 0o755)
+        bins = dict(bins, mtproxy=exe)
 
         def pre():
             os.setgroups([])
             os.setgid(pw.pw_gid)
             os.setuid(pw.pw_uid)
-    p = subprocess.run(mtproxy_argv(bins, *args), capture_output=True, timeout=T(timeout),
-                       preexec_fn=pre, stdin=subprocess.DEVNULL)
+    try:
+        p = subprocess.run(mtproxy_argv(bins, *args), capture_output=True, timeout=T(timeout),
+                           preexec_fn=pre, stdin=subprocess.DEVNULL)
+    finally:
+        if copy:
+            import shutil
+            shutil.rmtree(copy, ignore_errors=True)
     return p.returncode, p.stderr.decode(errors="replace") + p.stdout.decode(errors="replace")
 
 
