@@ -134,6 +134,12 @@ int conn_close(struct conn *c, enum conn_reason r);
  * mark keeps the first reason. */
 void conn_close_later(struct conn *c, enum conn_reason r);
 
+/* Takes c off its worker's list of connections waiting for a block (conn_mark.c). */
+void waiters_remove(struct proxy_worker *pw, struct conn *c);
+
+/* Takes c off its worker's batch list (conn_mark.c). */
+void batch_remove(struct proxy_worker *pw, struct conn *c);
+
 /* The per-worker counters bytes of connection c go to in direction down (0 client->DC,
  * 1 DC->client): out[0] the total, out[1] the user's (NULL if c proved no secret), out[2]
  * the DC's (NULL if fronted). */

@@ -124,7 +124,8 @@ struct conn {
     void *pool_link; /* owned by the pool while the slot is free */
     struct proxy_worker *pw;
     struct conn *prev, *next;  /* the worker's live list */
-    struct conn *wait_next;    /* the worker's list of connections waiting for a block */
+    struct conn *wait_next;    /* the worker's list of connections waiting for a block, or
+                                * (closing) its queue of connections marked to close */
     struct conn *batch_next;   /* the worker's list of connections with a batched write */
     struct conn_side cli, dc;
     /* The AES-256-CTR streams: pointers into ctr[] (0 cli_dec, 1 cli_enc, 2 dc_enc, 3 dc_dec).
@@ -171,15 +172,15 @@ struct conn {
                                 * is an operator's business, never rate-limited */
     uint8_t stranger;          /* counted in the worker's strangers (until authed or closed) */
     uint8_t kind;              /* enum conn_kind, counted in kind_active while open */
+    uint8_t closing;           /* marked by conn_close_later: no event reaches it any more;
+                                * it is on the worker's close queue (through wait_next) */
+    int8_t close_reason;       /* marked: the reason it closes with (enum conn_reason) */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
     ev_tstamp rs_start, rs_last; /* record-sizing: this small phase began / last record */
     uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
     uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
     struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
-    struct conn *close_next;   /* the worker's queue of connections marked to close */
-    int8_t close_reason;       /* marked: the reason it closes with (enum conn_reason) */
-    uint8_t closing;           /* marked by conn_close_later: no event reaches it any more */
 };
 
 #endif

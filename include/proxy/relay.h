@@ -15,18 +15,12 @@ void relay_watch(struct conn *c);
 void relay_init(struct proxy_worker *pw);
 void relay_stop(struct proxy_worker *pw);
 
-/* Takes c off its worker's batch list. */
-void batch_remove(struct proxy_worker *pw, struct conn *c);
-
 /* buffers = per-connection: gives each side of c its own block for the connection's life.
  * Returns 0, or -1 if the arena has none. */
 int relay_reserve(struct conn *c);
 
 /* Stops side s, closes its socket, gives back its queued blocks and pipe. */
 void side_release(struct conn *c, struct conn_side *s);
-
-/* Takes c off its worker's list of connections waiting for a block. */
-void waiters_remove(struct proxy_worker *pw, struct conn *c);
 
 /* Wakes connections waiting for a block while blocks can be had. */
 void waiters_wake(struct proxy_worker *pw);

@@ -57,12 +57,12 @@ void conn_reset_on_close(int fd)
 /* Takes a marked connection off the worker's close queue. */
 static void closing_unlink(struct proxy_worker *pw, struct conn *c)
 {
-    for (struct conn **p = &pw->closing; *p; p = &(*p)->close_next)
+    for (struct conn **p = &pw->closing; *p; p = &(*p)->wait_next)
         if (*p == c) {
-            *p = c->close_next;
+            *p = c->wait_next;
             break;
         }
-    c->close_next = NULL;
+    c->wait_next = NULL;
 }
 
 /* The close line: one for the operator for a client that proved a secret (with

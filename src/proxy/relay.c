@@ -134,7 +134,7 @@ static void arena_give(struct conn *c, struct arena_block *b)
             pw->mask_waiters = w->wait_next;
             w->wait_next = NULL;
             w->waiting_block = 0;
-            if (w->state == CS_RELAY && !w->closing) /* a marked one closes before the sleep */
+            if (w->state == CS_RELAY)
                 relay_watch(w);
         }
     }
@@ -217,27 +217,6 @@ void side_release(struct conn *c, struct conn_side *s)
     s->queued = 0;
 }
 
-/* Unlinks c from a singly linked list of connections threaded through the member at
- * link_off (wait_next or batch_next). */
-static void conn_unlink(struct conn **head, struct conn *c, size_t link_off)
-{
-    for (struct conn **pp = head; *pp; pp = (struct conn **)(void *)((char *)*pp + link_off)) {
-        if (*pp == c) {
-            struct conn **link = (struct conn **)(void *)((char *)c + link_off);
-            *pp = *link;
-            *link = NULL;
-            return;
-        }
-    }
-}
-
-void waiters_remove(struct proxy_worker *pw, struct conn *c)
-{
-    conn_unlink(c->mode == CONN_MODE_MASK ? &pw->mask_waiters : &pw->waiters, c,
-                offsetof(struct conn, wait_next));
-    c->waiting_block = 0;
-}
-
 /* Wakes connections waiting for a block, as many as there are free blocks now. */
 void waiters_wake(struct proxy_worker *pw)
 {
@@ -246,8 +225,6 @@ void waiters_wake(struct proxy_worker *pw)
         pw->waiters = c->wait_next;
         c->wait_next = NULL;
         c->waiting_block = 0;
-        if (c->closing) /* marked: closes before the loop sleeps, wants no block */
-            continue;
         if (c->state == CS_RELAY)
             relay_watch(c);
         if (!pw->arena.partial)
@@ -530,8 +507,6 @@ static void on_batch_timer(struct ev_loop *loop, ev_timer *t, int revents)
         next = c->batch_next;
         c->batch_next = NULL;
         c->batched = 0;
-        if (c->closing) /* marked: closes before the loop sleeps */
-            continue;
         side_uncork(c, &c->dc);
         side_uncork(c, &c->cli);
         enum conn_reason r = side_flush(c, &c->dc, &c->cli);
@@ -555,11 +530,6 @@ void relay_stop(struct proxy_worker *pw)
     ev_timer_stop(pw->w->loop, &pw->batch_timer);
 }
 
-void batch_remove(struct proxy_worker *pw, struct conn *c)
-{
-    conn_unlink(&pw->batch, c, offsetof(struct conn, batch_next));
-    c->batched = 0;
-}
 
 /* One direction of the relay: what is read from src is deframed (tls_in: FakeTLS records
  * from the client), decrypted with dec, encrypted with enc (either may be NULL: no crypto),
