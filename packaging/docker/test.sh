@@ -9,14 +9,16 @@
 # /var/cache/mtproxy-ci/podman (the base and the build's layers are reused by later runs).
 # These machines mount cgroups in hybrid mode, which crun refuses: runc, with explicit ulimits.
 #
-# Then, inside `unshare -n` (only loopback and podman's bridge exist: nothing can leave):
-#   1. the README's `docker run` line (published port, named state volume, --public-host,
-#      --public-port 443): runs as uid 10001, the healthcheck passes, the links file names
-#      the public host and port 443;
+# Then, inside `unshare -n` (only loopback exists: nothing can leave):
+#   1. the README's `docker run` line (named state volume, --public-host, --public-port 443), with
+#      --network host in place of its published port: podman's bridge would carry the test's
+#      traffic over a private-range address (10.88.x), and tests here reach loopback only; the
+#      namespace's host network is its loopback. Runs as uid 10001, the healthcheck passes, the
+#      links file names the public host and port 443;
 #   2. a container restart keeps the secret (the volume);
 #   3. a second container on the same volume with a read-only mounted config whose DC table
-#      points at a fake DC run in the container's own loopback (BUILD_DIR/tests/tools/fake_dc,
-#      joined with nsenter -n): a client (test_client) through the published port is served;
+#      points at a fake DC on the namespace's loopback (BUILD_DIR/tests/tools/fake_dc): a client
+#      (test_client) on 127.0.0.1 is served;
 #   4. `podman stop` is clean: exit code 0, well within the stop timeout (no SIGKILL).
 # Prints the image size. Needs root; apt-get installs podman and runc if missing.
 set -euo pipefail
@@ -68,7 +70,7 @@ if [ "${2:-}" != --inside ]; then
     log "built $img: $((size / 1000000)) MB, of which $(((size - bsize) / 1000000)) MB on top of the" \
         "base ($((bsize / 1000000)) MB: a minbase debootstrap, bigger than bookworm-slim)" \
         "($(($(date +%s) - t0)) s)"
-    # ---- the runs, with no network but loopback and podman's bridge --------------------------
+    # ---- the runs, with no network but loopback ---------------------------------------------
     exec unshare -n "$0" "$bdir" --inside
 fi
 
@@ -84,11 +86,11 @@ cleanup() {
 trap cleanup EXIT
 work=$(mktemp -d /var/tmp/mtproxy-docker.XXXXXX)
 pod volume rm -f mtproxy-test-state >/dev/null 2>&1 || true
-port=18443
-run_readme() { # NAME [ARGS...]: the README's docker run line, on port $port
+port=8443
+run_readme() { # NAME [ARGS...]: the README's docker run line, host network (see above)
     local name=$1
     shift
-    pod run -d "${ulimits[@]}" --name "$name" -p "127.0.0.1:$port:8443" \
+    pod run -d "${ulimits[@]}" --name "$name" --network host \
         -v mtproxy-test-state:/var/lib/mtproxy "$@" "$img" \
         --config /etc/mtproxy/mtproxy.conf --public-host proxy.example.org --public-port 443
 }
@@ -141,15 +143,13 @@ ctrs+=(mtproxy-test-ro)
 run_readme mtproxy-test-ro -v "$work/mtproxy.conf:/etc/mtproxy/mtproxy.conf:ro" >/dev/null
 wait_log mtproxy-test-ro "started"
 [ "$(secret_of mtproxy-test-ro)" = "$s1" ] || die "a new container on the volume has another secret"
-pid=$(pod inspect -f '{{.State.Pid}}' mtproxy-test-ro)
-nsenter -t "$pid" -n "$bdir/tests/tools/fake_dc" --listen 127.0.0.1:19443,2 --quiet \
-    >"$work/fake_dc.log" 2>&1 &
+"$bdir/tests/tools/fake_dc" --listen 127.0.0.1:19443,2 --quiet >"$work/fake_dc.log" 2>&1 &
 dcpid=$!
 for _ in $(seq 50); do grep -q READY "$work/fake_dc.log" && break; sleep 0.1; done
 grep -q READY "$work/fake_dc.log" || die "fake_dc did not start: $(cat "$work/fake_dc.log")"
 out=$("$bdir/tests/tools/test_client" --proxy "127.0.0.1:$port" --secret "$s1" --tag dd --dc 2 \
-    --up 100000 --down 100000 --timeout 20 2>&1) || die "no client served through the published port: $out"
-log "ok: read-only mounted config; a client served through the published port to the fake DC"
+    --up 100000 --down 100000 --timeout 20 2>&1) || die "no client served: $out"
+log "ok: read-only mounted config; a client served to the fake DC"
 pod stop -t 30 mtproxy-test-ro >/dev/null
 code=$(pod inspect -f '{{.State.ExitCode}}' mtproxy-test-ro)
 [ "$code" = 0 ] || die "podman stop (read-only config): exit code $code"
