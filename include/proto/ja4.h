@@ -47,8 +47,9 @@
  *
  * Writes JA4_LEN characters and a NUL to out and returns 0; returns -1 (out set to "") if
  * the bytes are not a complete, well-formed ClientHello. Reads only rec[0..len); keeps
- * nothing; no allocation for hellos of fewer than 256 ciphers and 64 extensions (larger ones
- * take one temporary heap block, and -1 if it cannot be had). Thread-safe.
+ * nothing; about 21 KB of stack; no allocation unless the hello has over 256 cipher suites,
+ * over 128 extensions or over ~800 values in all (then one temporary heap block, and -1 if it
+ * cannot be had). Thread-safe (crypto_sha256's per-thread context).
  */
 int ja4_from_hello(const uint8_t *rec, size_t len, char out[JA4_LEN + 1]);
 

@@ -19,8 +19,8 @@
 #define HASH_HEX 12
 /* Values sorted on the stack; more take one heap block. */
 #define STACK_CIPHERS 256
-#define STACK_EXTS 64
-#define STACK_TEXT 2048
+#define STACK_EXTS 128
+#define STACK_TEXT 4096
 
 /*
  * ClientHello message (after the records are joined), every length big-endian:

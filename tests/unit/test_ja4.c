@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "crypto/crypto.h"
+#include "testutil.h"
 #include "../tools/tlsclient.h"
 
 /* ---- building hellos from value lists ---- */
@@ -265,17 +266,14 @@ static void test_tlsclient(void **state) {
 
 /* ---- (c) vectors: TDLib's captured hello and the examples, with Python's answers ---- */
 
+/* $MTPROXY_VECTORS/ja4/name (the caller frees). */
 static uint8_t *read_vector(const char *name, size_t *len) {
-    const char *dir = getenv("MTPROXY_VECTORS");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/ja4/%s", dir ? dir : "tests/vectors", name);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        fail_msg("cannot open %s", path);
-    static uint8_t buf[1 << 16];
-    *len = fread(buf, 1, sizeof buf, fp);
-    fclose(fp);
-    return buf;
+    char path[256];
+    snprintf(path, sizeof path, "ja4/%s", name);
+    char *v = testutil_vector(path, len);
+    if (!v)
+        fail_msg("cannot read vector %s", path);
+    return (uint8_t *)v;
 }
 
 /*
@@ -290,11 +288,7 @@ static uint8_t *read_vector(const char *name, size_t *len) {
 static void test_vectors(void **state) {
     (void)state;
     size_t tlen;
-    char *text = (char *)read_vector("expected.txt", &tlen);
-    char *copy = malloc(tlen + 1);
-    assert_non_null(copy);
-    memcpy(copy, text, tlen);
-    copy[tlen] = 0;
+    char *copy = (char *)read_vector("expected.txt", &tlen); /* NUL-terminated */
     int n = 0, tdlib = 0;
     for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
         if (line[0] == '#' || line[0] == 0)
@@ -305,6 +299,7 @@ static void test_vectors(void **state) {
         uint8_t *h = read_vector(name, &len);
         check(h, len, want);
         check_raw(h, len, want_r);
+        free(h);
         tdlib += strncmp(name, "tdlib", 5) == 0;
         n++;
     }
