@@ -42,9 +42,9 @@
 /* What the fingerprint needs from a hello; offsets index m. */
 struct parts {
     const uint8_t *m;
-    size_t cs_off, cs_len;   /* cipher suite bytes */
-    size_t ext_off, ext_len; /* extension block without its length */
-    size_t sig_off, sig_len; /* signature algorithm bytes of the first 000d */
+    size_t cs_off, cs_len;    /* cipher suite bytes */
+    size_t ext_off, ext_len;  /* extension block without its length */
+    size_t sig_off, sig_len;  /* signature algorithm bytes of the first 000d */
     unsigned ncs, next, nsig; /* non-GREASE counts (extensions: SNI and ALPN included) */
     unsigned nsorted_ext;     /* non-GREASE extensions other than SNI and ALPN */
     char version[2];
@@ -270,8 +270,7 @@ static size_t hex_list(char *out, const uint16_t *v, size_t n) {
 /* The two strings that are hashed, built from pt: text = ciphers, then text + *clen =
  * extensions ["_" sigalgs]. text must hold 5 * (ncs + nsorted_ext + nsig) + 1 bytes; vals
  * ncs + nsorted_ext values. */
-static void lists(const struct parts *pt, uint16_t *vals, char *text, size_t *clen,
-                  size_t *elen) {
+static void lists(const struct parts *pt, uint16_t *vals, char *text, size_t *clen, size_t *elen) {
     const uint8_t *m = pt->m;
     size_t k = 0;
     for (size_t i = 0; i < pt->cs_len; i += 2) {

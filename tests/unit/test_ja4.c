@@ -11,9 +11,9 @@
 
 #include <cmocka.h>
 
+#include "../tools/tlsclient.h"
 #include "crypto/crypto.h"
 #include "testutil.h"
-#include "../tools/tlsclient.h"
 
 /* ---- building hellos from value lists ---- */
 
@@ -72,11 +72,12 @@ static size_t build(uint8_t *out, size_t cap, const uint16_t *cs, size_t ncs,
     return 5 + rec;
 }
 
-static const uint8_t sni_data[] = {0, 14, 0, 0, 11, 'e', 'x', 'a', 'm', 'p', 'l', 'e', '.', 'c', 'o', 'm'};
+static const uint8_t sni_data[] = {0,   14,  0,   0,   11,  'e', 'x', 'a',
+                                   'm', 'p', 'l', 'e', '.', 'c', 'o', 'm'};
 static const uint8_t alpn_h2[] = {0, 12, 2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 static const uint8_t versions13[] = {4, 0x03, 0x04, 0x03, 0x03};
-static const uint8_t spec_sigs[] = {0x00, 0x10, 0x04, 0x03, 0x08, 0x04, 0x04, 0x01, 0x05, 0x03,
-                                    0x08, 0x05, 0x05, 0x01, 0x08, 0x06, 0x06, 0x01};
+static const uint8_t spec_sigs[] = {0x00, 0x10, 0x04, 0x03, 0x08, 0x04, 0x04, 0x01, 0x05,
+                                    0x03, 0x08, 0x05, 0x05, 0x01, 0x08, 0x06, 0x06, 0x01};
 
 static const uint16_t spec_cs[] = {0x1301, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9,
                                    0xcca8, 0xc013, 0xc014, 0x009c, 0x009d, 0x002f, 0x0035};
@@ -149,9 +150,10 @@ static void test_alpn_rules(void **state) {
     static const struct {
         const char *name; /* bytes of the first protocol, as hex */
         const char *want;
-    } cases[] = {{"ab", "ab"},           {"abcd", "ad"}, {"30ab", "3b"}, {"3031abcd", "3d"},
-                 {"30abcd31", "01"},     {"6832", "h2"}, {"68", "hh"},   {"", "00"},
-                 {"687474702f312e31", "h1"}, {"2f", "2f"}, {"41", "AA"}};
+    } cases[] = {{"ab", "ab"},       {"abcd", "ad"},     {"30ab", "3b"},
+                 {"3031abcd", "3d"}, {"30abcd31", "01"}, {"6832", "h2"},
+                 {"68", "hh"},       {"", "00"},         {"687474702f312e31", "h1"},
+                 {"2f", "2f"},       {"41", "AA"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t name[16], data[32], h[512];
         size_t n = strlen(cases[i].name) / 2;
@@ -227,7 +229,7 @@ static void test_counts_cap(void **state) {
     assert_memory_equal(out, "t12i9999", 8);
     int n = ja4_raw_from_hello(h, len, raw, sizeof raw);
     assert_int_equal(n, 10 + 1 + 600 * 5 - 1 + 1 + 300 * 5 - 1);
-    assert_memory_equal(raw + 11, "fca9,fcaa,", 10); /* sorted ascending */
+    assert_memory_equal(raw + 11, "fca9,fcaa,", 10);            /* sorted ascending */
     assert_int_equal(ja4_raw_from_hello(h, len, raw, 100), -1); /* does not fit */
     assert_string_equal(raw, "");
 }
@@ -365,8 +367,7 @@ static void test_malformed(void **state) {
     assert_int_equal(ja4_from_hello(s, build(s, sizeof s, spec_cs, 1, e3, 1, 0), out), -1);
     /* more than 32 records */
     static uint8_t many[TLSC_HELLO_MAX + 5 * 40];
-    assert_int_equal(ja4_from_hello(many, tlsc_cut_hello(h, len, 33, many, sizeof many), out),
-                     -1);
+    assert_int_equal(ja4_from_hello(many, tlsc_cut_hello(h, len, 33, many, sizeof many), out), -1);
     check(many, tlsc_cut_hello(h, len, 32, many, sizeof many), TLSCLIENT_JA4);
 }
 
