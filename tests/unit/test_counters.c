@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "core/sbuf.h"
 #include "proxy/conn.h"
 #include "proxy/metrics.h"
@@ -126,17 +128,10 @@ static int teardown(void **state)
 /* The contents of $MTPROXY_VECTORS/name (NUL-terminated; the caller frees). */
 static char *vector(const char *name)
 {
-    const char *dir = getenv("MTPROXY_VECTORS");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir ? dir : "tests/vectors", name);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        fail_msg("cannot open %s", path);
-    static char buf[1 << 17];
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    buf[n] = 0;
-    return strdup(buf);
+    char *v = testutil_vector(name, NULL);
+    if (!v)
+        fail_msg("cannot read vector %s", name);
+    return v;
 }
 
 /* Compares text with the vector name line by line, naming the first line that differs; the

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -22,6 +24,32 @@ static inline size_t unhex(const char *hex, uint8_t *out) {
         out[i] = (uint8_t)v;
     }
     return n;
+}
+
+/* The bytes of the test vector name (a path below $MTPROXY_VECTORS, else below tests/vectors)
+ * in a malloc'd block with a NUL after them, so a text vector is a string; *len (if not NULL)
+ * is their count. NULL if the file cannot be read. The caller frees. */
+static inline char *testutil_vector(const char *name, size_t *len) {
+    const char *dir = getenv("MTPROXY_VECTORS");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir ? dir : "tests/vectors", name);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    char *buf = NULL;
+    long n = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    if (n >= 0 && fseek(fp, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL &&
+        fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    if (buf) {
+        buf[n] = 0;
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
 }
 
 /* A socket address (port 0) from an IPv4 or IPv6 address in text; family 0 if neither. */
