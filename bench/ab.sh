@@ -3,7 +3,7 @@
 # not move the figures (a refactor): CPU per GB and reads/writes per MB each way, round-trip
 # p50/p99, handshakes/s, idle RSS per relayed connection.
 #
-#   bench/ab.sh --prev BIN [--build-dir DIR] [--repeat N] [--seconds S] [--out DIR]
+#   bench/ab.sh --prev BIN [--build-dir DIR] [--repeat N] [--seconds S] [--out DIR] [--quick]
 #
 # Each of N rounds (default 5) runs every cell on the previous binary (BIN) then on this build's
 # (DIR/mtproxy), so a drift of the shared machine hits both alike; the table gives the medians
@@ -13,7 +13,8 @@
 # connections (lat p50/p99); dd handshakes, 16 in flight (handshakes/s); 2,000 idle dd
 # connections after 2.5 s (RSS per connection: 4,000 descriptors in the proxy, 4,000 in the load
 # tool, within the 20,000-per-process limit). Writes ab.csv (every run) and ab.md into OUT
-# (default DIR/results-ab). Exit 0 when every run succeeded.
+# (default DIR/results-ab). Exit 0 when every run succeeded. --quick (the ctest self-check): one
+# round of 0.3 s cells and 100 idle connections.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-release
@@ -21,6 +22,8 @@ PREV=""
 REPEAT=5
 SECONDS_RUN=2
 OUT=""
+IDLE=2000
+SETTLE=2.5
 while [ $# -gt 0 ]; do
     case $1 in
     --prev) PREV=$2; shift ;;
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift ;;
     --seconds) SECONDS_RUN=$2; shift ;;
     --out) OUT=$2; shift ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --quick) REPEAT=1; SECONDS_RUN=0.3; IDLE=100; SETTLE=0.3 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ab.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -83,7 +87,7 @@ for round in $(seq "$REPEAT"); do
         done
         cell $which small dd small 64 --window 1 --seconds "$SECONDS_RUN"
         cell $which handshake dd handshake 1 --concurrency 16 --seconds "$SECONDS_RUN"
-        cell $which idle dd idle 2000 --seconds 3 --settle 2.5
+        cell $which idle dd idle "$IDLE" --seconds "$SETTLE" --settle "$SETTLE"
     done
 done
 
