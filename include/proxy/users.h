@@ -88,7 +88,7 @@ struct user_shared {
     _Atomic uint32_t active;     /* connections holding a conns slot, whole process */
     shared64 used;               /* quota bytes used (loaded from / saved to the state file) */
     shared64 tat[2];             /* rate: theoretical arrival time per direction, in us */
-    _Atomic uint32_t last_log;   /* refusal log: the minute of the last line (0 = never) */
+    _Atomic uint32_t last_log;   /* refusal log: the second of the last line (0 = never) */
     struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */
 };
 

@@ -494,9 +494,11 @@ double users_rate_take(const struct users *u, uint32_t id, int dir, uint64_t rat
 int users_log_allowed(const struct users *u, uint32_t id, double now)
 {
     _Atomic uint32_t *l = &users_shared(u, id)->last_log;
-    uint32_t minute = (uint32_t)(now / 60) + 1; /* 0 = never logged */
+    uint32_t sec = (uint32_t)now | 1; /* 0 = never logged (odd: never 0; a second is noise) */
     uint32_t old = atomic_load_explicit(l, memory_order_relaxed);
-    return old != minute && atomic_compare_exchange_strong(l, &old, minute);
+    /* 60 s since the last line, not a new calendar minute: a burst that straddles a minute's
+     * turn is still one line. */
+    return (old == 0 || sec - old >= 60) && atomic_compare_exchange_strong(l, &old, sec);
 }
 
 /* --- state file ----------------------------------------------------------------------------- */

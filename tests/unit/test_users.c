@@ -153,6 +153,12 @@ static void test_admit(void **state)
     assert_int_equal(users_log_allowed(&u, id, 600), 1);
     assert_int_equal(users_log_allowed(&u, id, 610), 0);
     assert_int_equal(users_log_allowed(&u, id, 661), 1);
+    /* 60 s from the last line count, not the calendar minute: a burst across a minute's turn
+     * (770 s, then 781 s) is still one line */
+    assert_int_equal(users_log_allowed(&u, id, 770), 1);
+    assert_int_equal(users_log_allowed(&u, id, 781), 0);
+    assert_int_equal(users_log_allowed(&u, id, 829), 0);
+    assert_int_equal(users_log_allowed(&u, id, 831), 1);
     /* state: quota-used lines round-trip */
     char *buf = NULL;
     size_t cap = 0;
