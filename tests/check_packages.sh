@@ -55,7 +55,8 @@ for p in $(grep -v '^#' "$build"); do
 done
 
 # Every header the program includes maps (through the file the compiler finds and dpkg -S) to a
-# package of the build list, or to build-essential's libc, kernel or compiler headers.
+# package of the build list, or to build-essential's libc, kernel or compiler headers (gcc's, or
+# clang's where CC=clang, as in the sanitizer and fuzz builds).
 cc=${CC:-cc}
 if command -v "$cc" >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1; then
     for h in $incs; do
@@ -68,7 +69,8 @@ if command -v "$cc" >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1; then
         pkg=$(dpkg -S "$f" 2>/dev/null | head -1 | cut -d: -f1)
         case "$pkg" in
         libc6-dev | linux-libc-dev | libcrypt-dev | libgcc-*-dev | gcc-* | cpp-*) continue ;;
-        '') case "$f" in /usr/lib/gcc/*) continue ;; esac ;;
+        libclang-common-*-dev | libclang-rt-*-dev) continue ;; # clang's own (CC=clang builds)
+        '') case "$f" in /usr/lib/gcc/* | /usr/lib/llvm-*/*) continue ;; esac ;;
         esac
         if [ -z "$pkg" ]; then
             fail "<$h> ($f): no Debian package ships it"
