@@ -225,10 +225,10 @@ static void dc_expect(int fd, uint32_t tag, int16_t dc, const uint8_t *want, siz
     struct crypto_ctr *dec = crypto_ctr_new();
     assert_int_equal(crypto_ctr_init(dec, k.fwd.key, k.fwd.iv), 0);
     crypto_ctr_apply(dec, hdr, plain, sizeof hdr);
-    uint32_t t;
-    int16_t d;
-    memcpy(&t, plain + 56, 4);
-    memcpy(&d, plain + 60, 2);
+    /* tag and dc are little-endian on the wire (s390x reads them big-endian with memcpy) */
+    uint32_t t = (uint32_t)plain[56] | (uint32_t)plain[57] << 8 | (uint32_t)plain[58] << 16 |
+                 (uint32_t)plain[59] << 24;
+    int16_t d = (int16_t)(plain[60] | plain[61] << 8);
     assert_int_equal(t, tag);
     assert_int_equal(d, dc);
     if (n) {
