@@ -42,7 +42,16 @@ def listen(got):
     got["data"] = buf
 
 
+def only_loopback():
+    """TDLib knows Telegram's real addresses: refuse to run where anything but lo exists."""
+    others = [n for n in os.listdir("/sys/class/net") if n != "lo"]
+    if others:
+        sys.exit(f"tdlib_hello.py: this namespace has {', '.join(others)} besides lo: run it "
+                 "under unshare -n (see the top of this file)")
+
+
 def main(out):
+    only_loopback()
     got = {}
     t = threading.Thread(target=listen, args=(got,), daemon=True)
     t.start()
