@@ -126,7 +126,8 @@ def test_mask_forwards_to_loopback_web(procs):
         got, secs, how = probe(env.proxy.port, HTTP)
         assert got == FakeWeb.REPLY, got
         assert bytes(web.received[0]) == HTTP
-        assert env.dc.accepts(mark) == 0
+        # headers(), not accepts(): the DC pool's pre-connects may land after the mark (qemu)
+        assert env.dc.headers(mark) == 0
         garbage = os.urandom(64)
         got, secs, how = probe(env.proxy.port, garbage + b"\r\n\r\n")
         assert got == FakeWeb.REPLY
