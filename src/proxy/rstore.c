@@ -35,7 +35,9 @@ int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size
     memset(out, 0, sizeof *out);
     static const char scheme[] = "redis://";
     if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
-        snprintf(err, errlen, "'%.100s' does not start with redis://", url);
+        /* No part of it is quoted: a password may come anywhere in what is not a URL. */
+        snprintf(err, errlen, "replay-store: the URL must start with redis:// "
+                 "(redis://[:PASSWORD@]HOST:PORT[/DB] or redis://[:PASSWORD@]/PATH[?db=N])");
         return -1;
     }
     const char *p = url + sizeof scheme - 1;
