@@ -8,6 +8,7 @@ import urllib.request
 
 from harness import T, assert_ok, free_ports, new_secret, wait_until
 from test_faketls import TlsEnv, ee
+from test_metrics import samples
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VECTORS = os.path.normpath(os.path.join(HERE, "..", "vectors", "ja4"))
@@ -30,16 +31,6 @@ def http_get(port, path):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
-
-
-def samples(text):
-    """{(name, frozenset(labels)): value} through prometheus_client's own parser."""
-    from prometheus_client.parser import text_string_to_metric_families
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
 
 
 def fingerprints(smp, name="mtproxy_tls_hello_fingerprint_total"):
