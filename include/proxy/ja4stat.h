@@ -117,9 +117,8 @@ const char *ja4stat_conn_str(const struct conn *c, char out[JA4_LEN + 1]);
 int ja4stat_render_prometheus(const struct proxy_worker *pws, int n, const struct gen *g,
                               struct sbuf *out);
 
-/* /stats: the same as `,"tls_fingerprints":{"total":N,"top":[{"ja4":..,"valid":..,"count":..,
- * "share":..}..],"other":{"valid":N,"invalid":N},"users":{"NAME":[{"ja4":..,"count":..}..]}}`
- * (a member to append after another member of an object). */
+/* /stats: the same samples as entries of its "metrics" array, each `,\n{"name":"mtproxy_..",
+ * "labels":{..},"value":..}` (to append after the array's other entries). */
 int ja4stat_render_json(const struct proxy_worker *pws, int n, const struct gen *g,
                         struct sbuf *out);
 

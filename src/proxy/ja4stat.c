@@ -2,6 +2,7 @@
 #include "proxy/ja4stat.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -312,95 +313,85 @@ static int view_get(struct view *v, const struct proxy_worker *pws, int n, const
     return 0;
 }
 
-/* The view of the tables, shown by body. */
+/* One sample: a Prometheus line, or (json) an entry of /stats's "metrics" array after others. */
+static void sample(struct sbuf *out, int json, const char *name, const char *k1, const char *v1,
+                   const char *k2, const char *v2, const char *value)
+{
+    if (json)
+        sbuf_printf(out, ",\n{\"name\":\"mtproxy_%s\",\"labels\":{\"%s\":\"%s\",\"%s\":\"%s\"},"
+                         "\"value\":%s}",
+                    name, k1, v1, k2, v2, value);
+    else
+        sbuf_printf(out, "mtproxy_%s{%s=\"%s\",%s=\"%s\"} %s\n", name, k1, v1, k2, v2, value);
+}
+
+static void family(struct sbuf *out, int json, const char *name, const char *type,
+                   const char *help)
+{
+    if (!json)
+        sbuf_printf(out, "# HELP mtproxy_%s %s\n# TYPE mtproxy_%s %s\n", name, help, name, type);
+}
+
+_Static_assert(JA4STAT_USER_SLOTS == 3, "the help text says 3");
+
+/* The families of the header's comment, from the view v. */
+static void emit(const struct view *v, const struct gen *g, struct sbuf *out, int json)
+{
+    static const char *const fam[2] = {"tls_hello_fingerprint_total",
+                                       "tls_hello_fingerprint_share"};
+    static const char *const help[2] = {
+        "FakeTLS hellos by JA4 fingerprint (counted at the connection's close; the most "
+        "frequent, then ja4=\"other\"), valid = answered.",
+        "Each fingerprint's share of all FakeTLS hellos counted."};
+    char s[JA4_LEN + 1], val[32];
+    for (int f = 0; f < 2; f++) {
+        family(out, json, fam[f], f ? "gauge" : "counter", help[f]);
+        for (long i = 0; i < v->top + 2; i++) {
+            int valid = i < v->top ? v->rows[i].valid : (int)(i - v->top) == 0;
+            uint64_t c = i < v->top ? v->rows[i].count : v->other[valid];
+            if (f == 0)
+                snprintf(val, sizeof val, "%llu", (unsigned long long)c);
+            else
+                snprintf(val, sizeof val, "%.6f",
+                         v->total ? (double)c / (double)v->total : 0.0);
+            sample(out, json, fam[f], "ja4",
+                   i < v->top ? ja4stat_key_str(v->rows[i].key, s) : "other", "valid",
+                   valid ? "yes" : "no", val);
+        }
+    }
+    family(out, json, "user_tls_fingerprint_total", "counter",
+           "Each user's most frequent JA4 fingerprints of valid FakeTLS hellos (at most 3).");
+    for (int i = 0; i < g->opt.nsecrets; i++) {
+        size_t m = user_rows(g, i, v->ut, v->ur);
+        for (size_t r = 0; r < m; r++) {
+            snprintf(val, sizeof val, "%llu", (unsigned long long)v->ur[r].count);
+            sample(out, json, "user_tls_fingerprint_total", "user", g->opt.secrets[i].name,
+                   "ja4", ja4stat_key_str(v->ur[r].key, s), val);
+        }
+    }
+}
+
 static int render(const struct proxy_worker *pws, int n, const struct gen *g, struct sbuf *out,
-                  void (*body)(struct view *, const struct gen *, struct sbuf *))
+                  int json)
 {
     struct view v;
     if (view_get(&v, pws, n, g)) {
         out->failed = 1;
         return -1;
     }
-    body(&v, g, out);
+    emit(&v, g, out, json);
     view_free(&v);
     return out->failed ? -1 : 0;
-}
-
-static void prometheus_body(struct view *v, const struct gen *g, struct sbuf *out)
-{
-    struct ja4stat_row *rows = v->rows, *ur = v->ur;
-    const struct ja4stat_user **ut = v->ut;
-    uint64_t total = v->total, *other = v->other;
-    long top = v->top;
-    char s[JA4_LEN + 1];
-    static const char *const fam[2] = {"tls_hello_fingerprint_total", "tls_hello_fingerprint_share"};
-    static const char *const help[2] = {
-        "FakeTLS hellos by JA4 fingerprint (counted at the connection's close; the most "
-        "frequent, then ja4=\"other\"), valid = answered.",
-        "Each fingerprint's share of all FakeTLS hellos counted."};
-    for (int f = 0; f < 2; f++) {
-        sbuf_printf(out, "# HELP mtproxy_%s %s\n# TYPE mtproxy_%s %s\n", fam[f], help[f], fam[f],
-                    f ? "gauge" : "counter");
-        for (long i = 0; i < top + 2; i++) {
-            const char *j = i < top ? ja4stat_key_str(rows[i].key, s) : "other";
-            int valid = i < top ? rows[i].valid : (int)(i - top) == 0;
-            uint64_t c = i < top ? rows[i].count : other[valid];
-            if (f == 0)
-                sbuf_printf(out, "mtproxy_%s{ja4=\"%s\",valid=\"%s\"} %llu\n", fam[f], j,
-                            valid ? "yes" : "no", (unsigned long long)c);
-            else
-                sbuf_printf(out, "mtproxy_%s{ja4=\"%s\",valid=\"%s\"} %.6f\n", fam[f], j,
-                            valid ? "yes" : "no", total ? (double)c / (double)total : 0.0);
-        }
-    }
-    sbuf_printf(out, "# HELP mtproxy_user_tls_fingerprint_total Each user's most frequent JA4 "
-                     "fingerprints of valid FakeTLS hellos (at most %d).\n"
-                     "# TYPE mtproxy_user_tls_fingerprint_total counter\n",
-                JA4STAT_USER_SLOTS);
-    for (int i = 0; i < g->opt.nsecrets; i++) {
-        size_t m = user_rows(g, i, ut, ur);
-        for (size_t r = 0; r < m; r++)
-            sbuf_printf(out, "mtproxy_user_tls_fingerprint_total{user=\"%s\",ja4=\"%s\"} %llu\n",
-                        g->opt.secrets[i].name, ja4stat_key_str(ur[r].key, s),
-                        (unsigned long long)ur[r].count);
-    }
 }
 
 int ja4stat_render_prometheus(const struct proxy_worker *pws, int n, const struct gen *g,
                               struct sbuf *out)
 {
-    return render(pws, n, g, out, prometheus_body);
-}
-
-static void json_body(struct view *v, const struct gen *g, struct sbuf *out)
-{
-    char s[JA4_LEN + 1];
-    sbuf_printf(out, ",\"tls_fingerprints\":{\"total\":%llu,\"top\":[",
-                (unsigned long long)v->total);
-    for (long i = 0; i < v->top; i++)
-        sbuf_printf(out, "%s{\"ja4\":\"%s\",\"valid\":%s,\"count\":%llu,\"share\":%.6f}",
-                    i ? "," : "", ja4stat_key_str(v->rows[i].key, s),
-                    v->rows[i].valid ? "true" : "false", (unsigned long long)v->rows[i].count,
-                    v->total ? (double)v->rows[i].count / (double)v->total : 0.0);
-    sbuf_printf(out, "],\"other\":{\"valid\":%llu,\"invalid\":%llu},\"users\":{",
-                (unsigned long long)v->other[1], (unsigned long long)v->other[0]);
-    int first = 1;
-    for (int i = 0; i < g->opt.nsecrets; i++) {
-        size_t m = user_rows(g, i, v->ut, v->ur);
-        if (!m)
-            continue;
-        sbuf_printf(out, "%s\"%s\":[", first ? "" : ",", g->opt.secrets[i].name);
-        first = 0;
-        for (size_t r = 0; r < m; r++)
-            sbuf_printf(out, "%s{\"ja4\":\"%s\",\"count\":%llu}", r ? "," : "",
-                        ja4stat_key_str(v->ur[r].key, s), (unsigned long long)v->ur[r].count);
-        sbuf_printf(out, "]");
-    }
-    sbuf_printf(out, "}}");
+    return render(pws, n, g, out, 0);
 }
 
 int ja4stat_render_json(const struct proxy_worker *pws, int n, const struct gen *g,
                         struct sbuf *out)
 {
-    return render(pws, n, g, out, json_body);
+    return render(pws, n, g, out, 1);
 }

@@ -476,7 +476,6 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
                 MTPROXY_VERSION, (long long)ms->start_time, (long long)now,
                 (long long)(now - ms->start_time), ms->nworkers, links ? "true" : "false");
     counters_json_summary(&t->s, out);
-    ja4stat_render_json(ms->pws, ms->nworkers, g, out);
     sbuf_printf(out, ",\"users\":[");
     for (int i = 0; i < o->nsecrets; i++) {
         const struct secret *sec = &o->secrets[i];
@@ -506,6 +505,7 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
     sbuf_printf(out, "],\"metrics\":[");
     struct emit e = {.b = out, .json = 1, .first = 1};
     emit_all(ms, g, t, &e);
+    ja4stat_render_json(ms->pws, ms->nworkers, g, out);
     sbuf_printf(out, "\n]}\n");
     free(t);
     return out->failed ? -1 : 0;

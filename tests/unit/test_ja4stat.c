@@ -245,11 +245,13 @@ static void test_render(void **state)
                                 "t13d1516h2_8daaf6152771_d8a2da3f94cd\"} 5\n"));
     sbuf_free(&b);
     assert_int_equal(ja4stat_render_json(pws, 2, &g, &b), 0);
-    const char *head = ",\"tls_fingerprints\":{\"total\":465,\"top\":[{\"ja4\":\"t13d1516h2_"
-                       "000000000000_e5627efa2ab1\",\"valid\":false,\"count\":30,";
+    const char *head = ",\n{\"name\":\"mtproxy_tls_hello_fingerprint_total\",\"labels\":{\"ja4\":"
+                       "\"t13d1516h2_000000000000_e5627efa2ab1\",\"valid\":\"no\"},\"value\":30},";
     assert_memory_equal(b.p, head, strlen(head));
-    assert_non_null(strstr(b.p, "\"users\":{\"alice\":[{\"ja4\":\"t13d1516h2_8daaf6152771_"
-                                "d8a2da3f94cd\",\"count\":5}]}}"));
+    assert_non_null(strstr(b.p, ",\n{\"name\":\"mtproxy_user_tls_fingerprint_total\",\"labels\":{"
+                                "\"user\":\"alice\",\"ja4\":\"t13d1516h2_8daaf6152771_d8a2da3f94cd\"},"
+                                "\"value\":5}"));
+    assert_null(strchr(b.p, '#'));
     sbuf_free(&b);
     users_destroy(&u);
 }
