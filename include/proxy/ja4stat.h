@@ -20,8 +20,10 @@
  * key takes the entry with the least count and adds 1 to it. So memory and label cardinality
  * are fixed, any key seen more than total/JA4STAT_SLOTS times is in the table, a count is never
  * below the key's true count (it may be above by at most the evicted minimum), and the counts
- * always sum to the number of hellos counted. Each user keeps the same for its valid hellos in
- * JA4STAT_USER_SLOTS entries (in its per-worker struct user_stats).
+ * always sum to the number of hellos counted. Merged over workers, counts add up (a key a worker
+ * evicted adds nothing from that worker, so a merged count may be below the true one; the sum
+ * stays exact). Each user keeps the same for its valid hellos in JA4STAT_USER_SLOTS entries (in
+ * its per-worker struct user_stats).
  *
  * Threads: a table is written only by its worker (no lock, no allocation); any thread reads it
  * through its sequence counter (a seqlock: odd while an update is in progress; a reader copies
