@@ -12,6 +12,7 @@
 #include "core/sock.h"
 #include "core/stat.h"
 #include "proto/secret.h"
+#include "proxy/ja4stat.h"
 
 /*
  * Every `secret = NAME:SECRET` is a user. A user gets a stable id the first time its name is
@@ -73,6 +74,7 @@ struct user_stats {
     stat_t conns;      /* connections accepted for this user (valid handshake), total */
     stat_t refused[UR_COUNT]; /* new connections refused, by reason */
     stat_t closed_limit;      /* live connections ended by a limit (quota, expiry, removal) */
+    struct ja4stat_user ja4;  /* its valid hellos' top JA4 fingerprints (proxy/ja4stat.h) */
 };
 
 /* A user's counters summed over the workers (users_stats_sum), plus its shared state. */
