@@ -24,7 +24,7 @@
 #      DC, the secret appears nowhere in the journal;
 #   3. `systemctl reload` with a new secret: the new secret is served; with a broken config: the
 #      reload fails, the unit stays active and the running config (the new secret) still serves;
-#   4. `systemctl restart` keeps the generated secret;
+#   4. `systemctl restart` keeps the generated secret; `systemctl stop` is clean (exit 0);
 #   5. `systemctl enable --now mtproxy-update-config.timer`: listed by `systemctl list-timers`;
 #   6. `apt-get purge mtproxy`: no file of the package, no /etc/mtproxy, no state or log directory,
 #      no unit, no enablement link and no process remain; the system user stays (Debian does not
@@ -265,7 +265,15 @@ ct 'systemctl is-active mtproxy' >/dev/null || die "not active after the restart
 wait_started
 [ "$(secret_of_links)" = "$s1" ] || die "the generated secret changed across a restart"
 out=$(serve "$s1") || die "the generated secret is not served after the restart: $out"
-step "restart keeps the generated secret (served)"
+s0=$(date +%s)
+ct 'systemctl stop mtproxy' || die "stop failed"
+res=$(ct 'systemctl show -p Result -p ExecMainCode -p ExecMainStatus mtproxy' | sort | tr '\n' ' ')
+[ "$res" = "ExecMainCode=1 ExecMainStatus=0 Result=success " ] ||
+    die "systemctl stop was not clean (exit 0 on SIGTERM): $res"
+[ $(($(date +%s) - s0)) -lt 20 ] || die "systemctl stop took $(($(date +%s) - s0)) s"
+ct 'systemctl start mtproxy' || die "start after stop failed"
+wait_started
+step "restart keeps the generated secret (served); systemctl stop: exit 0 in $(($(date +%s) - s0)) s"
 
 # ---- 5. the update-config timer ----------------------------------------------------------------
 ct 'systemctl enable --now mtproxy-update-config.timer' >/dev/null 2>&1 || die "cannot enable the timer"
@@ -293,7 +301,7 @@ case $pw in */nologin | */false) ;; *) die "the kept user mtproxy has a login sh
 step "apt-get purge: nothing of the package left (files, /etc, state, logs, units, links, processes); user mtproxy kept, no login"
 
 # ---- 7. power off ------------------------------------------------------------------------------
-ct 'systemctl poweroff' || die "systemctl poweroff failed"
+ct 'systemctl poweroff --no-block' || die "systemctl poweroff failed"
 rc=0
 for _ in $(seq 300); do kill -0 "$nspid" 2>/dev/null || break; sleep 0.2; done
 kill -0 "$nspid" 2>/dev/null && die "the container did not power off within 60 s"
