@@ -25,6 +25,7 @@
 #   3. `systemctl reload` with a new secret: the new secret is served; with a broken config: the
 #      reload fails, the unit stays active and the running config (the new secret) still serves;
 #   4. `systemctl restart` keeps the generated secret; `systemctl stop` is clean (exit 0);
+#      `apt-get install --reinstall` (the upgrade path) restarts it, keeps the config and secret;
 #   5. `systemctl enable --now mtproxy-update-config.timer`: listed by `systemctl list-timers`;
 #   6. `apt-get purge mtproxy`: no file of the package, no /etc/mtproxy, no state or log directory,
 #      no unit, no enablement link and no process remain; the system user stays (Debian does not
@@ -274,6 +275,18 @@ res=$(ct 'systemctl show -p Result -p ExecMainCode -p ExecMainStatus mtproxy' | 
 ct 'systemctl start mtproxy' || die "start after stop failed"
 wait_started
 step "restart keeps the generated secret (served); systemctl stop: exit 0 in $(($(date +%s) - s0)) s"
+
+# ---- 4b. a reinstall (the upgrade path: prerm, postinst restart) -------------------------------
+pid0=$(ct 'systemctl show -p MainPID --value mtproxy')
+ct "apt-get install -y -qq --reinstall /srv/mtproxy-test/$debname" >"$work.install.log" 2>&1 ||
+    { cat "$work.install.log" >&2; die "apt-get install --reinstall failed"; }
+ct 'systemctl is-active mtproxy' >/dev/null || die "not active after a reinstall"
+wait_started
+[ "$(ct 'systemctl show -p MainPID --value mtproxy')" != "$pid0" ] || die "a reinstall did not restart the unit"
+ct 'grep -qx "dc = 2 127.0.0.1:19443" /etc/mtproxy/mtproxy.conf' || die "a reinstall replaced the edited config"
+[ "$(secret_of_links)" = "$s1" ] || die "the generated secret changed across a reinstall"
+out=$(serve "$s1") || die "no client served after a reinstall: $out"
+step "apt-get install --reinstall: restarted, the edited config and the generated secret kept (served)"
 
 # ---- 5. the update-config timer ----------------------------------------------------------------
 ct 'systemctl enable --now mtproxy-update-config.timer' >/dev/null 2>&1 || die "cannot enable the timer"
