@@ -25,7 +25,7 @@ rm -rf "$tree" && mkdir -p "$tree"
 (cd "$src" && tar --exclude='./build*' --exclude=./.git --exclude=./debian -cf - .) |
     (cd "$tree" && tar -xf -)
 cp -r "$src/packaging/debian" "$tree/debian"
-rm -f "$tree/debian/test.sh"
+rm -f "$tree/debian/test.sh" "$tree/debian/nspawn.sh"
 
 echo "[deb] dpkg-buildpackage in $tree"
 (cd "$tree" && dpkg-buildpackage -b -us -uc -j"$(nproc)") >"$work/build.log" 2>&1 || {

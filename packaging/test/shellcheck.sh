@@ -18,6 +18,8 @@ set -- packaging/sysv/mtproxy \
     packaging/musl/*.sh \
     packaging/debian/test.sh \
     packaging/debian/postrm \
+    packaging/debian/prerm \
+    packaging/debian/nspawn.sh \
     packaging/openwrt/luci-app-mtproxy/root/usr/libexec/rpcd/luci.mtproxy \
     tests/check_packages.sh \
     tests/fresh/run.sh \
