@@ -23,6 +23,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "core/replay.h"
+#include "core/sdnotify.h"
 #include "core/sock.h"
 #include "core/worker.h"
 #include "crypto/crypto.h"
@@ -827,6 +828,9 @@ static int app_start(struct app *a)
     }
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
+    /* Listening and serving: a Type=notify unit's start (and what is ordered after it) ends here. */
+    if (sd_notify_state("READY=1") < 0)
+        log_warn("cannot tell the service manager we are ready (NOTIFY_SOCKET): %s", strerror(errno));
     /* What the state file holds now: it is rewritten only when that changes (after dropping
      * privileges, only a quota makes it change; see startup_checks). */
     a->saver.users = &a->users;
@@ -899,6 +903,7 @@ static int app_run(struct app *a)
             log_stats(a->pws, a->ws, a->nworkers);
         } else {
             log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            sd_notify_state("STOPPING=1");
             a->ran = 1;
             return 0;
         }

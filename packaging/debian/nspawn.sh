@@ -179,8 +179,8 @@ step "apt-get install ./$debname inside: mtproxy.service active"
 
 links=/var/lib/mtproxy/mtproxy.state.links
 secret_of_links() { ct "cat $links" | sed -n 's/.*secret=\([0-9a-f]*\).*/\1/p' | sed -n 1p; }
-# Type=simple (mtproxy does not speak sd_notify): `systemctl start` returns before the proxy
-# listens; its "started, pid N" line in the journal says it does (links written before it).
+# Type=notify: `systemctl start` returns once the proxy sent READY=1, just after its "started,
+# pid N" line (links written before it); the loop only covers the journal's own lag.
 wait_started() {
     local p
     for _ in $(seq 100); do

@@ -57,3 +57,24 @@ def test_sigterm_idle(procs):
     assert_ok(env.client("ee", 2, 1000, 1000))
     rc, secs = env.proxy.stop(signal.SIGTERM, timeout=10)
     assert rc == 0 and secs < T(3), (rc, secs)
+
+
+def test_sd_notify_ready_and_stopping(procs, monkeypatch, tmp_path):
+    """Type=notify: READY=1 reaches $NOTIFY_SOCKET once the proxy accepts, STOPPING=1 on SIGTERM."""
+    import socket
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(T(10))
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    env = Std(procs)
+    msg = sock.recv(256)
+    assert msg == b"READY=1", msg
+    # Ready means listening: a client connects and is served right away.
+    with socket.create_connection(("127.0.0.1", env.proxy.port), timeout=T(5)):
+        pass
+    assert_ok(env.client("ee", 2, 1000, 1000))
+    rc, _ = env.proxy.stop(signal.SIGTERM, timeout=10)
+    assert rc == 0
+    assert sock.recv(256) == b"STOPPING=1"
+    sock.close()
