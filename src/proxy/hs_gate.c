@@ -8,7 +8,8 @@
 
 /* A client proved secret idx (of c->gen): its user is admitted under its limits, or refused.
  * Returns 0 (admitted: c->uid, c->us, c->lim set, counted), or -1 (refused: counted and
- * logged once per user per minute; the caller rejects it like a bad client). */
+ * logged once per user per minute; the caller rejects it like a bad client), or
+ * GATE_FOREIGN_ADDR (the same, for a listen-prefix connection on an address not the user's). */
 int gate_user(struct conn *c, uint32_t idx)
 {
     struct proxy_worker *pw = c->pw;
@@ -24,7 +25,7 @@ int gate_user(struct conn *c, uint32_t idx)
             log_info("user %s: connection on %s address refused (logged once a minute per "
                      "user)", users_name(pw->users, uid),
                      c->addr_uid == PREFIX_NOBODY ? "no user's" : "another user's");
-        return -1;
+        return GATE_FOREIGN_ADDR;
     }
     /* Started under an older generation: a user removed since is refused (the one read of
      * the worker's newest generation for a connection, on purpose). */

@@ -504,7 +504,7 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
         char tg[1024], https[1024], uhost[256];
         snprintf(uhost, sizeof uhost, "%s", host);
         int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);
-        if (o->user_addr)
+        if (links && o->user_addr) /* as secret as the links: a censor would block them */
             sbuf_printf(out, ",\"address\":\"%s\"", uhost);
         if (links && !secret_links(sec, uhost, uport, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);

@@ -152,6 +152,7 @@ def test_fifty_users_each_on_its_own_address(procs):
     nobody = str(NET.network_address + 0x1234)
     assert nobody not in addrs.values()
     assert_held(env.client(nobody, env.users[0][1]))
+    assert "not the user's address; holding" in env.proxy.stderr_tail(2000)
     # counted per user: one foreign each, u0 one more (nobody's address)
     ref = env.refusals()
     assert ref == {n: (2 if n == "u0" else 1) for n, _ in env.users}, ref
