@@ -143,10 +143,13 @@ int prefix_state_save(const char *path, const struct prefix_state *st, char *err
     n += (size_t)snprintf(buf, cap, "# mtproxy listen-prefix: the key the users' addresses are "
                                     "derived from, and each user's address generation.\n"
                                     "# Keep it private; deleting it gives every user a new "
-                                    "address.\nkey = ");
-    for (int i = 0; i < PREFIX_KEY_LEN; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%02x", st->key[i]);
-    n += (size_t)snprintf(buf + n, cap - n, "\n");
+                                    "address.\n");
+    if (st->has_key) { /* (none with listen-prefix-key: that one stays in the config) */
+        n += (size_t)snprintf(buf + n, cap - n, "key = ");
+        for (int i = 0; i < PREFIX_KEY_LEN; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%02x", st->key[i]);
+        n += (size_t)snprintf(buf + n, cap - n, "\n");
+    }
     for (size_t i = 0; i < st->n; i++)
         n += (size_t)snprintf(buf + n, cap - n, "user = %s %u %lld\n", st->u[i].name,
                               st->u[i].gen, (long long)st->u[i].rotated);
@@ -245,17 +248,19 @@ static void addresses_path(const struct options *o, char *path, size_t len)
     snprintf(path, len, "%s.addresses", o->state_file);
 }
 
-/* The key: listen-prefix-key, else the file's; with start, a new one saved in the file. */
-static int build_key(const struct options *o, struct prefix_state *st, int start, char *err,
-                     size_t errlen)
+/* The key (into key): listen-prefix-key, else the file's; with start, a new one saved in the
+ * file (st). */
+static int build_key(const struct options *o, struct prefix_state *st, int start,
+                     uint8_t key[PREFIX_KEY_LEN], char *err, size_t errlen)
 {
-    if (o->prefix_key[0]) {
-        if (key_parse(o->prefix_key, st->key)) {
+    if (o->prefix_key[0]) { /* the file's own key, if any, stays as it is */
+        if (key_parse(o->prefix_key, key)) {
             snprintf(err, errlen, "listen-prefix-key: give 64 hex digits");
             return -1;
         }
         return 0;
     }
+    memcpy(key, st->key, PREFIX_KEY_LEN);
     if (st->has_key)
         return 0;
     char path[OPT_PATH_MAX + 16];
@@ -270,6 +275,7 @@ static int build_key(const struct options *o, struct prefix_state *st, int start
         return -1;
     }
     st->has_key = 1;
+    memcpy(key, st->key, PREFIX_KEY_LEN);
     return prefix_state_save(path, st, err, errlen);
 }
 
@@ -288,7 +294,8 @@ int prefix_build(struct gen *g, int start, int64_t now, char *err, size_t errlen
     struct prefix_state st;
     if (prefix_state_load(path, &st, err, errlen))
         return -1;
-    int rc = build_key(o, &st, start, err, errlen);
+    uint8_t key[PREFIX_KEY_LEN];
+    int rc = build_key(o, &st, start, key, err, errlen);
     size_t n = (size_t)o->nsecrets;
     free(o->user_addr);
     o->user_addr = rc ? NULL : calloc(n + 1, sizeof *o->user_addr);
@@ -307,7 +314,7 @@ int prefix_build(struct gen *g, int start, int64_t now, char *err, size_t errlen
     for (size_t i = 0; !rc && i < n; i++) {
         const struct prefix_user_gen *e = prefix_state_find(&st, o->secrets[i].name);
         uint32_t gen = e ? e->gen : 0;
-        prefix_user_addr(st.key, &o->prefix, o->prefix_len, o->secrets[i].name, gen,
+        prefix_user_addr(key, &o->prefix, o->prefix_len, o->secrets[i].name, gen,
                          &o->user_addr[i]);
         if (!m)
             continue;
@@ -320,7 +327,7 @@ int prefix_build(struct gen *g, int start, int64_t now, char *err, size_t errlen
         }
         if (!rc && e && gen > 0 && (double)now < (double)e->rotated + grace) {
             struct in6_addr old; /* the previous address, until its grace ends */
-            prefix_user_addr(st.key, &o->prefix, o->prefix_len, o->secrets[i].name, gen - 1,
+            prefix_user_addr(key, &o->prefix, o->prefix_len, o->secrets[i].name, gen - 1,
                              &old);
             prefix_map_add(m, &old, uid, (double)e->rotated + grace);
         }
@@ -397,7 +404,8 @@ int prefix_rotate_cmd(const struct options *o, const char *name, FILE *out)
     char path[OPT_PATH_MAX + 16], err[600];
     addresses_path(o, path, sizeof path);
     struct prefix_state st;
-    if (prefix_state_load(path, &st, err, sizeof err) || build_key(o, &st, 0, err, sizeof err)) {
+    uint8_t key[PREFIX_KEY_LEN];
+    if (prefix_state_load(path, &st, err, sizeof err) || build_key(o, &st, 0, key, err, sizeof err)) {
         fprintf(stderr, "mtproxy: user rotate-address: %s\n", err);
         prefix_state_free(&st);
         return 1;
@@ -410,7 +418,7 @@ int prefix_rotate_cmd(const struct options *o, const char *name, FILE *out)
         e->gen++;
         e->rotated = (int64_t)time(NULL);
         struct in6_addr a;
-        prefix_user_addr(st.key, &o->prefix, o->prefix_len, name, e->gen, &a);
+        prefix_user_addr(key, &o->prefix, o->prefix_len, name, e->gen, &a);
         char text[INET6_ADDRSTRLEN];
         inet_ntop(AF_INET6, &a, text, sizeof text);
         if (prefix_state_save(path, &st, err, sizeof err)) {

@@ -229,3 +229,40 @@ def test_bad_listen_prefix_values(procs):
                                     "--listen-prefix", f"[{PREFIX}]/120:{port}"),
                        capture_output=True, text=True, timeout=T(30))
     assert p.returncode != 0 and "32 host bits" in p.stderr, p.stderr
+
+
+def derived(key_hex, name, gen, net=NET):
+    """The address prefix.h documents: HMAC-SHA256(key, "mtproxy-addr\\0" NAME "\\0" GEN32LE)'s
+    first host bits in the prefix (all zero: ...1)."""
+    import hashlib
+    import hmac
+    d = hmac.new(bytes.fromhex(key_hex), b"mtproxy-addr\0" + name.encode() + b"\0" +
+                 gen.to_bytes(4, "little"), hashlib.sha256).digest()
+    bits = 128 - net.prefixlen
+    host = int.from_bytes(d, "big") >> (256 - bits) or 1
+    return str(ipaddress.ip_address(int(net.network_address) | host))
+
+
+def test_configured_key_gives_the_documented_addresses(procs):
+    """listen-prefix-key: addresses anyone can recompute; rotation keeps the key out of the file."""
+    key = os.urandom(32).hex()
+    state = os.path.join(procs.workdir, "k.state")
+    base = ["--secret", f"alice:{new_secret()}", "--secret", f"bob:{new_secret()}",
+            "--state-file", state, "--listen-prefix-key", key,
+            "--listen-prefix", f"[{PREFIX}]/64:4443"]
+
+    def links():
+        p = subprocess.run(mtproxy_argv(procs.bins, "links", "--no-qr", *base),
+                           capture_output=True, text=True, timeout=T(30))
+        assert p.returncode == 0, p.stderr
+        return dict(re.findall(r"^user (\S+):\n  tg://proxy\?server=([^&]+)&port=4443&",
+                               p.stdout, re.M))
+
+    assert links() == {"alice": derived(key, "alice", 0), "bob": derived(key, "bob", 0)}
+    p = subprocess.run(mtproxy_argv(procs.bins, "user", "rotate-address", "bob", *base),
+                       capture_output=True, text=True, timeout=T(30))
+    assert p.returncode == 0 and derived(key, "bob", 1) in p.stdout, p.stdout + p.stderr
+    assert "send it SIGHUP" in p.stdout  # no pidfile: says what to do
+    text = open(state + ".addresses").read()
+    assert re.search(r"^user = bob 1 \d+$", text, re.M) and "key =" not in text, text
+    assert links() == {"alice": derived(key, "alice", 0), "bob": derived(key, "bob", 1)}
