@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
 #include "core/cidr.h"
 
 static double now_s(void)
@@ -25,10 +26,7 @@ static double now_s(void)
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint64_t next64(void)
 {
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return bench_splitmix64(&rng);
 }
 
 static int cmp_double(const void *a, const void *b)

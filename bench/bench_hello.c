@@ -6,7 +6,9 @@
  * (every secret is tried), and with an SNI that is none of ours. Median of 5 rounds.
  * CSV: secrets,sni,sni_check,us_per_hello,hmacs_per_hello
  * Then, on stdout only (the CSV file keeps its columns), the JA4 fingerprint's cost per hello
- * in ns (src/proto/ja4.c), for the hello in one record and cut into 8, beside the parse alone.
+ * in ns (src/proto/ja4.c), for the hello in one record and cut into 8, beside the parse alone,
+ * and what counting it adds (src/proxy/ja4stat.c: the key, then the worker table's Space-Saving
+ * step) when the key is in the table and when every hello is a new key (a full table's miss).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "proto/faketls.h"
 #include "proto/ja4.h"
 #include "proto/secret.h"
+#include "proxy/ja4stat.h"
 #include "../tests/tools/tlsclient.h"
 
 static double now_s(void)
@@ -25,6 +28,18 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The median of r[0..5) (sorts r). */
+static double median5(double r[5])
+{
+    for (int i = 1; i < 5; i++) /* insertion sort of 5 */
+        for (int j = i; j > 0 && r[j - 1] > r[j]; j--) {
+            double t = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = t;
+        }
+    return r[2];
 }
 
 /* Median ns per call of ja4_from_hello (which = 0) or faketls_hello_parse (1) on hello. */
@@ -47,13 +62,30 @@ static double ns_per_hello(const uint8_t *hello, size_t len, int which, size_t i
         if (ok != iters)
             return -1;
     }
-    for (int i = 1; i < 5; i++) /* insertion sort of 5 */
-        for (int j = i; j > 0 && rounds[j - 1] > rounds[j]; j--) {
-            double t = rounds[j];
-            rounds[j] = rounds[j - 1];
-            rounds[j - 1] = t;
+    return median5(rounds);
+}
+
+/* Median ns per hello counted: ja4stat_key of one of nkeys JA4s in turn, then ja4stat_add. */
+static double ns_per_count(unsigned nkeys, size_t iters)
+{
+    static struct ja4stat tab;
+    static char ja4[1024][JA4_LEN + 1];
+    if (nkeys > 1024)
+        return -1;
+    for (unsigned i = 0; i < nkeys; i++)
+        snprintf(ja4[i], sizeof ja4[i], "t13d1516h2_%012x_e5627efa2ab1", i);
+    double rounds[5];
+    for (int r = 0; r < 5; r++) {
+        memset(&tab, 0, sizeof tab);
+        double t0 = now_s();
+        for (size_t k = 0; k < iters; k++) {
+            uint8_t key[JA4STAT_KEY_LEN];
+            ja4stat_key(ja4[k % nkeys], key);
+            ja4stat_add(&tab, key, (int)(k & 1));
         }
-    return rounds[2];
+        rounds[r] = (now_s() - t0) * 1e9 / (double)iters;
+    }
+    return median5(rounds);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -142,5 +174,12 @@ int main(int argc, char **argv)
     printf("# ja4 of a %zu-byte hello: %.0f ns in one record, %.0f ns cut into 8 "
            "(faketls_hello_parse alone: %.0f ns)\n",
            len, one, eight, parse);
+    /* 1 key: always a hit in the first slot; 8: hits among 8 entries; 1000
+     * keys in turn: every add misses a full table (a scan for the key, then for the minimum) */
+    double hit1 = ns_per_count(1, iters), hit8 = ns_per_count(8, iters);
+    double miss = ns_per_count(1000, iters);
+    printf("# counting a hello by JA4 (key + Space-Saving add, %d slots): %.0f ns (1 key), "
+           "%.0f ns (8 keys), %.0f ns (1000 keys, all misses)\n",
+           JA4STAT_SLOTS, hit1, hit8, miss);
     return 0;
 }

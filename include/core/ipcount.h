@@ -6,17 +6,21 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/siphash.h"
+
 struct ipcount_slot {
     uint8_t addr[16]; /* IPv6, or IPv4 as ::ffff:a.b.c.d */
     uint32_t n;       /* 0 = empty slot */
 };
 
-/* Open addressing with a random per-table hash seed (a remote peer cannot aim collisions). */
+/* Open addressing; the home slot is SipHash-1-3 of all 16 address bytes under a random
+ * 128-bit key drawn for each table, so a remote peer cannot aim collisions (addresses of one
+ * prefix, picked by the sender, land as spread as random ones). */
 struct ipcount {
     struct ipcount_slot *t;
     size_t mask; /* capacity - 1 (a power of two) */
     size_t used;
-    uint64_t seed;
+    struct siphash_key key;
 };
 
 /* Room for at least max_addrs distinct addresses. Returns 0, or -1 without memory. */

@@ -7,7 +7,8 @@
 
 /*
  * What the cache stores: 16-byte keys chosen by the caller (FakeTLS: client random[0..16);
- * obfuscated2: a digest of H[8..56)), each with the time it was added.
+ * obfuscated2: the header's bytes 8..24, which the client picks freely), each with the time
+ * it was added.
  *
  * Exact, not probabilistic: the whole key is stored and compared, so there are no false
  * positives (a legit client is never taken for a replay unless it really sent the same 16
@@ -26,7 +27,8 @@
  * max_entries / shards each, so "max_entries later insertions" varies by about
  * +-sqrt(max_entries * shards) (3% at 65536 entries and 64 shards).
  *
- * Concurrency: one lock per shard (shard picked by a keyed hash of the key), each shard on
+ * Concurrency: one lock per shard (shard and index slot picked by SipHash-1-3 of the key
+ * under a random per-cache key, so a client cannot aim its keys at one shard or slot), each shard on
  * its own cache lines; two workers contend only when they hit the same shard at the same
  * moment (1/shards). All functions may be called from any thread, except replay_new and
  * replay_free, which must not run concurrently with any other call on the same cache.

@@ -97,6 +97,7 @@ struct proxy_worker {
     int npipes, pipes_out, pipes_cap;
     int pipe_size;
     struct proxy_stats stats;
+    struct ja4stat ja4stat;            /* hellos by JA4 (proxy/ja4stat.h), read by metrics */
 };
 
 /* Sets up the proxy state of worker w (index, of nworkers) from generation g (the worker

@@ -105,7 +105,8 @@ void conn_close_prepare(struct ev_loop *loop, ev_prepare *p, int revents);
 int guard_stranger(struct conn *c);
 /* Counts c's handshake; at max-handshakes the oldest unfinished one is closed (later). */
 void guard_handshake_start(struct conn *c);
-/* accept-rate: 1 (counted) if this source opened its share of connections this second. */
+/* accept-rate: 1 (acc_rate counted) if this source opened its share of connections this second;
+ * the caller closes and counts the close. */
 int guard_accept_rate(struct proxy_worker *pw, const struct sock_addr *peer);
 /* Access list acl's verdict (a generation's) for a client address: 1 (counted) if refused. */
 int guard_acl(struct proxy_worker *pw, const struct acl *acl, const struct sock_addr *peer);

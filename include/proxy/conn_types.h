@@ -10,6 +10,7 @@
 #include "proto/faketls.h" /* struct faketls_deframer */
 #include "proto/obfs2.h"   /* OBFS2_HDR_LEN */
 #include "proxy/dialer.h"  /* struct dial */
+#include "proxy/ja4stat.h" /* JA4STAT_KEY_LEN */
 
 struct arena_block;
 struct gen;
@@ -182,6 +183,7 @@ struct conn {
     uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
     uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
+    uint8_t ja4[JA4STAT_KEY_LEN]; /* its FakeTLS hello's JA4 (proxy/ja4stat.h), 0s if none */
     struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
 };
 

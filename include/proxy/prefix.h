@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "core/siphash.h"
 #include "proto/secret.h"
 
 struct gen;
@@ -57,15 +58,16 @@ void prefix_state_free(struct prefix_state *st);
 /* User name's entry (NULL if it has none). */
 const struct prefix_user_gen *prefix_state_find(const struct prefix_state *st, const char *name);
 
-/* The address -> user map: open addressing on a keyed hash of the address (a client picks the
- * address it connects to: unkeyed, it could line up collisions); O(1) per lookup. */
+/* The address -> user map: open addressing (at most half full) on SipHash-1-3 of the address
+ * under a random key (a client picks the address it connects to: unkeyed, it could line up
+ * collisions); O(1) per lookup. */
 struct prefix_slot {
     struct in6_addr a;
     int32_t uid;  /* PREFIX_NOBODY = empty */
     double until; /* unix time it stops serving (an old address in its grace), 0 = never */
 };
 struct prefix_map {
-    uint64_t k0, k1;
+    struct siphash_key key; /* drawn per map */
     uint32_t mask;
     uint32_t n;
     struct prefix_slot *slots;

@@ -35,6 +35,22 @@ enum rstore_verdict {
     RSTORE_FAILED,   /* the store did not answer (down, error, disconnected) */
 };
 
+/* The reply path without a socket (what on_answer and the fuzz target share): reads the
+ * store's bytes buf[0..len) as RESP replies the way the worker's connection does (the same
+ * reader, the same limits: no array of more than RSTORE_REPLY_MAX_ELEMENTS) and stores the
+ * verdict each complete reply would give a question in out[0..cap) (replies past cap are
+ * read and dropped). If text is not NULL, the printable text of the last error or status
+ * reply is put there (textlen >= 1; what a log line may show). Returns the number of complete
+ * replies, or -1 once the bytes are not RESP (or break a limit): the connection is dropped
+ * then. Built without hiredis: -1. */
+#define RSTORE_REPLY_MAX_ELEMENTS 16
+int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
+                         char *text, size_t textlen);
+
+/* Copies the printable ASCII of s[0..n) into out (at most cap - 1 bytes; others become '?'),
+ * for a log line quoting what the store said. */
+void rstore_printable(const char *s, size_t n, char *out, size_t cap);
+
 /* Called on the worker's loop (never from inside rstore_check) with the answer for the
  * question tagged (owner, token). */
 typedef void (*rstore_cb)(void *owner, uint64_t token, enum rstore_verdict v);

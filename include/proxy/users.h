@@ -12,11 +12,12 @@
 #include "core/sock.h"
 #include "core/stat.h"
 #include "proto/secret.h"
+#include "proxy/ja4stat.h"
 
 /*
  * Every `secret = NAME:SECRET` is a user. A user gets a stable id the first time its name is
- * seen (users_intern, main thread only) and keeps it for the life of the process, across
- * reloads, also while it is removed from the config (its counters and quota stay; a user
+ * seen (users_intern, main thread only) and keeps it for the life of the process (unless the
+ * reload that named it failed: users_rollback gives it back), across reloads, also while it is removed from the config (its counters and quota stay; a user
  * added back gets them again). Storage grows in chunks of USERS_CHUNK ids as users are
  * configured: nothing is sized for the maximum.
  *
@@ -74,6 +75,7 @@ struct user_stats {
     stat_t refused[UR_COUNT]; /* new connections refused, by reason */
     stat_t closed_limit;      /* live connections ended by a limit (quota, expiry, removal) */
     stat_t foreign_addr;      /* listen-prefix: refused, on an address not the user's */
+    struct ja4stat_user ja4;  /* its valid hellos' top JA4 fingerprints (proxy/ja4stat.h) */
 };
 
 /* A user's counters summed over the workers (users_stats_sum), plus its shared state. */
@@ -102,6 +104,15 @@ struct users {
     /* name -> id + 1 (open addressing; main thread only) */
     uint32_t *slots;
     size_t nslots;
+    uint32_t max; /* ids that may be handed out: USERS_MAX (a test lowers it) */
+};
+
+/* A rollback point of the registry's names (users_mark): a reload that fails after interning
+ * new names gives them back (users_rollback), so repeated bad reloads do not grow the table. */
+struct users_mark {
+    uint32_t n;      /* ids handed out at the mark */
+    uint32_t *slots; /* a copy of the name index then (NULL if it was empty) */
+    size_t nslots;
 };
 
 /* Sets up an empty registry for nworkers workers. Returns 0, or -1 (out of memory). */
@@ -117,6 +128,14 @@ int32_t users_intern(struct users *u, const char *name);
 /* The id of user name, or -1 if it never existed. Main thread only. */
 int32_t users_find(const struct users *u, const char *name);
 
+/* Marks the registry as it is now, before interning names that may have to be given back.
+ * Main thread only. Returns 0, or -1 (out of memory; m then holds nothing). */
+int users_mark(const struct users *u, struct users_mark *m);
+/* Forgets every name interned since users_mark(m): ids and the name index are exactly as at
+ * the mark (no generation may use the ids given back). Frees m. Main thread only. */
+void users_rollback(struct users *u, struct users_mark *m);
+/* Keeps what was interned since the mark; frees m. */
+void users_mark_drop(struct users_mark *m);
 /* Number of ids handed out (ids are 0..n-1); any thread. */
 uint32_t users_count(const struct users *u);
 

@@ -224,12 +224,27 @@ const struct config_option *config_find(const struct config_parser *p, const cha
     return NULL;
 }
 
+/* What an error may quote of text that failed to parse as a key or a line: at most 60 bytes,
+ * cut after "://" (a URL's credentials come next: socks5://USER:PASS@, redis://:PASS@) and,
+ * with words, at the first blank (a line with no '=' may hold a secret after its key). */
+static const char *quotable(const char *s, int first_word, char *buf, size_t cap)
+{
+    size_t n = 0;
+    while (s[n] && n < 60 && !(first_word && isspace((unsigned char)s[n])) &&
+           strncmp(s + n, "://", 3) != 0)
+        n++;
+    int url = strncmp(s + n, "://", 3) == 0;
+    snprintf(buf, cap, "%.*s%s", (int)n, s, url ? "://..." : s[n] ? "..." : "");
+    return buf;
+}
+
 int config_set(struct config_parser *p, const char *key, const char *value,
                enum config_origin from, const char *where)
 {
     const struct config_option *o = config_find(p, key);
     if (!o) {
-        add_error(&p->errors, "%s: unknown key '%s'", where, key);
+        char q[80];
+        add_error(&p->errors, "%s: unknown key '%s'", where, quotable(key, 0, q, sizeof q));
         return -1;
     }
     size_t idx = (size_t)(o - p->opts);
@@ -304,7 +319,9 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            add_error(&p->errors, "%s: expected 'key = value', got '%s'", where, s);
+            char q[80];
+            add_error(&p->errors, "%s: expected 'key = value', got '%s'", where,
+                      quotable(s, 1, q, sizeof q));
             continue;
         }
         *eq = 0;
@@ -388,7 +405,8 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            add_error(&p->errors, "'%s': expected --key value", a);
+            char q[80];
+            add_error(&p->errors, "'%s': expected --key value", quotable(a, 0, q, sizeof q));
             continue;
         }
         char key[128];
@@ -400,7 +418,8 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
         } else {
             snprintf(key, sizeof key, "%s", a + 2);
             if (!config_find(p, key)) {
-                add_error(&p->errors, "--%s: unknown key", key);
+                char q[80];
+                add_error(&p->errors, "--%s: unknown key", quotable(key, 0, q, sizeof q));
                 if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
                     i++; /* its value */
                 continue;
@@ -412,7 +431,8 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
             value = argv[++i];
         }
         char where[160];
-        snprintf(where, sizeof where, "--%s", key);
+        char q[80];
+        snprintf(where, sizeof where, "--%s", quotable(key, 0, q, sizeof q));
         config_set(p, key, value, CFG_FROM_ARGS, where);
     }
     return p->errors.count - before;

@@ -4,8 +4,6 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 static void key_of(const struct sockaddr *sa, uint8_t k[16])
 {
@@ -20,14 +18,7 @@ static void key_of(const struct sockaddr *sa, uint8_t k[16])
 
 static size_t hash(const struct ipcount *m, const uint8_t k[16])
 {
-    uint64_t a, b;
-    memcpy(&a, k, 8);
-    memcpy(&b, k + 8, 8);
-    uint64_t h = (a ^ m->seed) * 0x9e3779b97f4a7c15ull;
-    h ^= h >> 29;
-    h = (h ^ b) * 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return (size_t)h & m->mask;
+    return (size_t)siphash13_16(&m->key, k) & m->mask;
 }
 
 int ipcount_init(struct ipcount *m, size_t max_addrs)
@@ -40,8 +31,7 @@ int ipcount_init(struct ipcount *m, size_t max_addrs)
         return -1;
     m->mask = cap - 1;
     m->used = 0;
-    if (getrandom(&m->seed, sizeof m->seed, GRND_NONBLOCK) != (ssize_t)sizeof m->seed)
-        m->seed = (uint64_t)time(NULL) * 0x2545f4914f6cdd1dull ^ (uintptr_t)m;
+    siphash_key_random(&m->key); /* on failure a clock mix: still spreads, not secret */
     return 0;
 }
 

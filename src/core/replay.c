@@ -4,8 +4,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
+
+#include "core/siphash.h"
 
 #define CACHE_LINE 64
 /* Automatic sharding: up to this many shards, each holding at least SHARD_MIN_AUTO entries. */
@@ -37,7 +37,7 @@ struct replay {
     struct replay_shard *shards;
     unsigned nshards, shard_shift;
     uint32_t window;
-    uint64_t seed0, seed1;
+    struct siphash_key key; /* random per cache: slots and shards cannot be aimed */
     size_t memory;
 };
 
@@ -78,34 +78,11 @@ size_t replay_memory_for(const struct replay_config *cfg) {
                         (size_t)index_slots(cap) * sizeof(uint32_t));
 }
 
-/* 64-bit finaliser (a bijection with good avalanche); keyed by the per-cache seeds. */
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
+/* Shard (top bits) and index slot (low bits) of a key. The obfuscated2 keys are raw header
+ * bytes the client picks freely (anyone with a public secret): SipHash under a random key
+ * makes their slots as spread as random ones, whatever the client picks. */
 static uint64_t key_hash(const struct replay *r, const uint8_t key[REPLAY_KEY_LEN]) {
-    uint64_t lo, hi;
-    memcpy(&lo, key, 8);
-    memcpy(&hi, key + 8, 8);
-    return mix64(mix64(lo ^ r->seed0) ^ hi ^ r->seed1);
-}
-
-static void seed(struct replay *r) {
-    uint64_t s[2];
-    if (getrandom(s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
-        /* no entropy yet (early boot): the keys are random already, any seed spreads them */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        s[0] = mix64((uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)r);
-        s[1] = mix64((uint64_t)ts.tv_nsec ^ s[0]);
-    }
-    r->seed0 = s[0];
-    r->seed1 = s[1];
+    return siphash13_16(&r->key, key);
 }
 
 struct replay *replay_new(const struct replay_config *cfg) {
@@ -121,7 +98,7 @@ struct replay *replay_new(const struct replay_config *cfg) {
     while ((1u << bits) < r->nshards)
         bits++;
     r->shard_shift = 64 - bits; /* shard = top bits of the hash; 64 means "shard 0" */
-    seed(r);
+    siphash_key_random(&r->key); /* on failure a clock mix: still spreads, not secret */
     r->shards = aligned_alloc(CACHE_LINE, r->nshards * sizeof(struct replay_shard));
     if (!r->shards) {
         free(r);

@@ -43,7 +43,9 @@ int socks5_parse_url(const char *url, struct socks5_server *out, char *err, size
     memset(out, 0, sizeof *out);
     static const char scheme[] = "socks5://";
     if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
-        snprintf(err, errlen, "'%.100s' does not start with socks5://", url);
+        /* No part of it is quoted: credentials may come anywhere in what is not a URL. */
+        snprintf(err, errlen, "socks5: the URL must start with socks5:// "
+                 "(socks5://[USER:PASS@]HOST:PORT)");
         return -1;
     }
     const char *p = url + sizeof scheme - 1;
@@ -90,13 +92,16 @@ int socks5_parse_url(const char *url, struct socks5_server *out, char *err, size
     out->host[hl] = 0;
     struct in6_addr a6;
     if (v6 && inet_pton(AF_INET6, out->host, &a6) != 1) {
-        snprintf(err, errlen, "socks5: '%s' is not an IPv6 address", out->host);
+        snprintf(err, errlen, "socks5: the host in [...] is not an IPv6 address");
         return -1;
     }
     for (size_t i = 0; !v6 && i < hl; i++) {
         unsigned char c = (unsigned char)out->host[i];
         if (c <= ' ' || c == '/' || c == '@' || c == ':' || c == '[' || c == ']' || c >= 0x7f) {
-            snprintf(err, errlen, "socks5: bad character in host '%s'", out->host);
+            /* the host is not quoted: with the '@' left out it holds USER:PASS */
+            snprintf(err, errlen, "socks5: bad character in host (byte %zu after '//' or '@': "
+                     "0x%02x)%s", i + 1, c, c == ':' ? "; is the '@' after USER:PASS missing?"
+                     : "");
             return -1;
         }
     }

@@ -179,7 +179,8 @@ static void on_rate_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* Checked before any byte is read, against g (the generation the connection would take): the
  * access list (on the socket's peer unless a PROXY header will name the client), or who may
- * send PROXY headers; then accept-rate. 1 if refused (counted, fd closed). */
+ * send PROXY headers; then accept-rate (behind a balancer, on the header's address instead, in
+ * hs_proxy_read). 1 if refused (counted, fd closed). */
 static int accept_refused(struct proxy_worker *pw, const struct gen *g, int fd,
                           const struct sock_addr *peer)
 {
@@ -191,8 +192,10 @@ static int accept_refused(struct proxy_worker *pw, const struct gen *g, int fd,
             STAT_INC(&pw->stats.pp_untrusted);
         if (o->rst_on_close != RST_OFF)
             conn_reset_on_close(fd);
-    } else if (!guard_accept_rate(pw, peer)) {
+    } else if (o->proxy_protocol || !guard_accept_rate(pw, peer)) {
         return 0;
+    } else {
+        STAT_INC(&pw->stats.closed[CR_ACCEPT_RATE]);
     }
     close(fd);
     worker_reserve_release(pw->w);

@@ -74,15 +74,16 @@ static void close_log(struct conn *c, enum conn_reason r)
     const struct options *o = &c->gen->opt;
     if (c->uid >= 0 && o->log_connections && log_enabled(LOG_LVL_INFO)) {
         /* A client that proved a secret: one line for the operator (never a secret). */
-        char peer[SOCK_ADDR_STRLEN];
+        char peer[SOCK_ADDR_STRLEN], ja4[JA4_LEN + 1];
         sock_addr_format(&c->peer, peer, sizeof peer);
+        ja4stat_conn_str(c, ja4);
         log_info("w%d conn %llu closed: user %s client %s dc %d kind %s%s up %llu down %llu "
-                 "bytes duration %.1f s reason %s state %s",
+                 "bytes duration %.1f s reason %s state %s%s%s",
                  pw->w->id, (unsigned long long)c->id, users_name(pw->users, (uint32_t)c->uid),
                  peer, c->dc_id, c->tls ? "faketls-" : "", obfs2_tag_name(c->tag),
                  (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes,
                  ev_now(pw->w->loop) - c->born, conn_reason_name(r),
-                 conn_state_name((enum conn_state)c->state));
+                 conn_state_name((enum conn_state)c->state), ja4[0] ? " ja4=" : "", ja4);
     } else {
         /* Normal ends, and connections that closed before saying anything (health checks,
          * port scanners), are debug; the rest are worth an operator's eye. */
@@ -93,12 +94,15 @@ static void close_log(struct conn *c, enum conn_reason r)
                                  : LOG_LVL_INFO;
         if (log_enabled(lvl) &&
             (lvl != LOG_LVL_INFO || c->authed || conn_loglim_allow(pw, (int)r))) {
-            char peer[SOCK_ADDR_STRLEN];
+            char peer[SOCK_ADDR_STRLEN], ja4[JA4_LEN + 1];
             sock_addr_format(&c->peer, peer, sizeof peer);
-            log_msg(lvl, "w%d conn %llu %s dc %d: closed (%s, state %s), up %llu down %llu bytes",
+            ja4stat_conn_str(c, ja4);
+            log_msg(lvl,
+                    "w%d conn %llu %s dc %d: closed (%s, state %s), up %llu down %llu bytes%s%s",
                     pw->w->id, (unsigned long long)c->id, peer, c->dc_id, conn_reason_name(r),
                     conn_state_name((enum conn_state)c->state),
-                    (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes);
+                    (unsigned long long)c->up_bytes, (unsigned long long)c->down_bytes,
+                    ja4[0] ? " ja4=" : "", ja4);
         }
     }
 }
@@ -114,6 +118,7 @@ int conn_close(struct conn *c, enum conn_reason r)
         r = (enum conn_reason)c->close_reason;
     }
     close_log(c, r);
+    ja4stat_conn_close(c);
     const struct options *o = &c->gen->opt;
     if (c->uid >= 0) {
         users_release(pw->users, (uint32_t)c->uid, &c->peer, ev_now(pw->w->loop));

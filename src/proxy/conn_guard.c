@@ -43,8 +43,10 @@ void guard_handshake_start(struct conn *c)
 }
 
 /* The access list's verdict for a client address: 1 (and counted) if refused. */
-/* accept-rate: 1 (counted) if this source opened its share of new connections this second
- * at this worker already. Counts per second in a table cleared each second. */
+/* accept-rate: 1 (counted in acc_rate) if this source opened its share of new connections this
+ * second at this worker already. Counts per second in a table cleared each second. The caller
+ * counts the close (closed[CR_ACCEPT_RATE]): at accept itself, or through conn_close once a
+ * PROXY header named the source. */
 int guard_accept_rate(struct proxy_worker *pw, const struct sock_addr *peer)
 {
     if (!pw->accepts_max)
@@ -59,7 +61,6 @@ int guard_accept_rate(struct proxy_worker *pw, const struct sock_addr *peer)
     uint32_t n = ipcount_add(&pw->accepts, &peer->u.sa);
     if (n == 0 || n > pw->accepts_max) { /* 0: the table is full of other addresses */
         STAT_INC(&pw->stats.acc_rate);
-        STAT_INC(&pw->stats.closed[CR_ACCEPT_RATE]);
         return 1;
     }
     return 0;

@@ -142,7 +142,11 @@ enum conn_reason hs_proxy_read(struct conn *c)
     if (r.kind == PROXYPROTO_PROXIED)
         proxy_hdr_peer(c, &r);
     /* UNKNOWN: the balancer's own address stands, as the specification says */
-    if (guard_acl(pw, &c->gen->acl, &c->peer) || guard_stranger(c))
+    if (guard_acl(pw, &c->gen->acl, &c->peer))
+        return CR_REFUSED;
+    if (guard_accept_rate(pw, &c->peer)) /* the client's address, not the balancer's */
+        return CR_ACCEPT_RATE;
+    if (guard_stranger(c))
         return CR_REFUSED;
     c->state = CS_HEADER; /* the handshake timer keeps running from accept */
     return CR_NONE;

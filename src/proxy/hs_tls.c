@@ -170,6 +170,7 @@ enum conn_reason hs_tls_hello_check(struct conn *c)
     enum faketls_status st = faketls_hello_parse(c->hbuf, c->hlen, &h);
     if (st == FAKETLS_NEED_MORE)
         return hs_hbuf_reserve(c, c->hlen + h.need) ? CR_NO_MEMORY : CR_NONE;
+    ja4stat_hello(c); /* the hello is whole (or malformed): its JA4, once */
     if (st == FAKETLS_BAD) {
         snprintf(why, sizeof why, "not a FakeTLS hello (%s)", faketls_reason_name(h.reason));
         return front_reject(c, c->hbuf, c->hlen, NULL, why);

@@ -459,6 +459,7 @@ int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen 
     totals_collect(ms, t);
     struct emit e = {.b = out, .json = 0, .first = 1};
     emit_all(ms, g, t, &e);
+    ja4stat_render_prometheus(ms->pws, ms->nworkers, g, out);
     free(t);
     return out->failed ? -1 : 0;
 }
@@ -513,6 +514,7 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
     sbuf_printf(out, "],\"metrics\":[");
     struct emit e = {.b = out, .json = 1, .first = 1};
     emit_all(ms, g, t, &e);
+    ja4stat_render_json(ms->pws, ms->nworkers, g, out);
     sbuf_printf(out, "\n]}\n");
     free(t);
     return out->failed ? -1 : 0;

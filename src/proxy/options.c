@@ -297,9 +297,13 @@ static int parse_deny_file(void *conf, const char *v, char *err, size_t errlen)
     struct options *o = conf;
     return add_file(o->deny_files, &o->ndeny_files, v, err, errlen);
 }
+/* proxy-protocol-from = CIDR, or "any": every source, written out (0.0.0.0/0 and ::/0). */
 static int parse_pp_from(void *conf, const char *v, char *err, size_t errlen)
 {
     struct options *o = conf;
+    if (strcmp(v, "any") == 0)
+        return add_cidr(o->pp_from, &o->npp_from, "0.0.0.0/0", err, errlen) ||
+               add_cidr(o->pp_from, &o->npp_from, "::/0", err, errlen);
     return add_cidr(o->pp_from, &o->npp_from, v, err, errlen);
 }
 static void reset_pp_from(void *conf) { ((struct options *)conf)->npp_from = 0; }
@@ -669,10 +673,13 @@ const struct config_option options_table[] = {
      "allow/deny, logs and the fronting server's own PROXY header. A connection without a "
      "valid header within handshake-timeout is closed and counted; a LOCAL header (a health "
      "check) is closed cleanly."},
-    {.name = "proxy-protocol-from", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
+    {.name = "proxy-protocol-from", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR|any",
      .parse = parse_pp_from, .reset = reset_pp_from,
      .help = "With proxy-protocol: only connections from these networks (the balancers) may "
-             "send a PROXY header; others are closed at once and counted. None: any source."},
+             "send a PROXY header; others are closed at once and counted. Required when a "
+             "listen address is not loopback (a source that may send a header can claim any "
+             "client address); 'any' trusts every source, written out. None on loopback-only "
+             "listen addresses: any local source (a balancer on the same host)."},
     {.name = "socks5", .type = CFG_CUSTOM, .arg = "socks5://[USER:PASS@]HOST:PORT",
      .parse = parse_socks5,
      .help = "Make every connection to Telegram (DCs, the DC pool, middle-mode ME links) "
@@ -866,6 +873,16 @@ int options_documented_secret(const struct secret *s)
     return 0;
 }
 
+/* 1 if a is a loopback address (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104): not a wildcard. */
+static int addr_loopback(const struct sock_addr *a)
+{
+    if (a->u.sa.sa_family == AF_INET)
+        return (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *v6 = &a->u.in6.sin6_addr;
+    return a->u.sa.sa_family == AF_INET6 &&
+           (IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127));
+}
+
 int options_validate(struct config_parser *p, struct options *o)
 {
     int before = p->errors.count;
@@ -889,6 +906,16 @@ int options_validate(struct config_parser *p, struct options *o)
     if (o->daemonize && strcmp(o->log, "stderr") == 0)
         ERR("daemonize = on closes stderr: set log = syslog or log = PATH, or it loses every "
             "log line");
+    for (int i = 0; o->proxy_protocol && !o->npp_from && i < o->nlisten; i++) {
+        if (addr_loopback(&o->listen[i]))
+            continue;
+        char a[SOCK_ADDR_STRLEN];
+        sock_addr_format(&o->listen[i], a, sizeof a);
+        ERR("proxy-protocol = on without proxy-protocol-from on listen %s: any host could "
+            "claim any client address, past allow/deny and per-IP limits; name the balancers "
+            "(proxy-protocol-from = CIDR) or write proxy-protocol-from = any", a);
+        break;
+    }
     if (o->only_ipv4 && o->prefer_ipv6)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)

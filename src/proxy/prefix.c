@@ -12,6 +12,7 @@
 
 #include "core/anyip.h"
 #include "core/fsutil.h"
+#include "core/siphash.h"
 #include "crypto/crypto.h"
 #include "proxy/options.h"
 #include "proxy/reload.h"
@@ -94,7 +95,7 @@ int prefix_state_load(const char *path, struct prefix_state *st, char *err, size
     if (!f) {
         if (errno == ENOENT)
             return 0;
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%.300s: %s", path, strerror(errno));
         return -1;
     }
     char line[512];
@@ -122,7 +123,7 @@ int prefix_state_load(const char *path, struct prefix_state *st, char *err, size
             rc = -1;
         }
         if (rc)
-            snprintf(err, errlen, "%s:%d: not `key = HEX64` or `user = NAME GEN TIME`", path,
+            snprintf(err, errlen, "%.300s:%d: not `key = HEX64` or `user = NAME GEN TIME`", path,
                      ln);
     }
     fclose(f);
@@ -137,7 +138,7 @@ int prefix_state_save(const char *path, const struct prefix_state *st, char *err
     size_t cap = 256 + st->n * (SECRET_NAME_MAX + 48), n = 0;
     char *buf = malloc(cap);
     if (!buf) {
-        snprintf(err, errlen, "%s: out of memory", path);
+        snprintf(err, errlen, "%.300s: out of memory", path);
         return -1;
     }
     n += (size_t)snprintf(buf, cap, "# mtproxy listen-prefix: the key the users' addresses are "
@@ -159,7 +160,7 @@ int prefix_state_save(const char *path, const struct prefix_state *st, char *err
     int rc = fs_write_atomic(path, buf, n, 0600, owner, e, sizeof e);
     free(buf);
     if (rc)
-        snprintf(err, errlen, "cannot write %s", e);
+        snprintf(err, errlen, "cannot write %.400s", e);
     return rc;
 }
 
@@ -171,23 +172,11 @@ void prefix_state_free(struct prefix_state *st)
 
 /* --- the map ----------------------------------------------------------------------------- */
 
-static uint64_t load64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* A keyed mix of the 128 address bits (the key is drawn per map). */
+/* SipHash-1-3 of the address under the map's random key: a client picks the address it dials
+ * (2^64 of them in a /64) and cannot line up collisions it cannot predict. */
 static uint32_t map_hash(const struct prefix_map *m, const struct in6_addr *a)
 {
-    uint64_t h = load64(a->s6_addr) ^ m->k0;
-    h = (h ^ (h >> 31)) * 0x9e3779b97f4a7c15ull;
-    h ^= load64(a->s6_addr + 8) ^ m->k1;
-    h = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    h = (h ^ m->k0) * 0x94d049bb133111ebull;
-    return (uint32_t)(h >> 32);
+    return (uint32_t)siphash13_16(&m->key, a->s6_addr);
 }
 
 int prefix_map_init(struct prefix_map *m, uint32_t n)
@@ -201,11 +190,7 @@ int prefix_map_init(struct prefix_map *m, uint32_t n)
     for (uint32_t i = 0; i < size; i++)
         m->slots[i].uid = PREFIX_NOBODY;
     m->mask = size - 1;
-    uint64_t k[2];
-    if (crypto_random(k, sizeof k))
-        k[0] = (uint64_t)(uintptr_t)m ^ (uint64_t)time(NULL), k[1] = k[0] * 31;
-    m->k0 = k[0];
-    m->k1 = k[1];
+    siphash_key_random(&m->key);
     return 0;
 }
 
@@ -266,7 +251,7 @@ static int build_key(const struct options *o, struct prefix_state *st, int start
     char path[OPT_PATH_MAX + 16];
     addresses_path(o, path, sizeof path);
     if (!start) {
-        snprintf(err, errlen, "listen-prefix: no address key yet (%s): start the proxy once, "
+        snprintf(err, errlen, "listen-prefix: no address key yet (%.300s): start the proxy once, "
                               "or set listen-prefix-key", path);
         return -1;
     }
@@ -377,14 +362,14 @@ static int signal_daemon(const struct options *o, char *err, size_t errlen)
     FILE *f = fopen(o->pidfile, "re");
     long pid = 0;
     if (!f || fscanf(f, "%ld", &pid) != 1 || pid <= 1) {
-        snprintf(err, errlen, "no pid in %s", o->pidfile);
+        snprintf(err, errlen, "no pid in %.300s", o->pidfile);
         if (f)
             fclose(f);
         return -1;
     }
     fclose(f);
     if (kill((pid_t)pid, SIGHUP)) {
-        snprintf(err, errlen, "pid %ld (%s): %s", pid, o->pidfile, strerror(errno));
+        snprintf(err, errlen, "pid %ld (%.300s): %s", pid, o->pidfile, strerror(errno));
         return -1;
     }
     return 0;

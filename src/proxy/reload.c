@@ -199,16 +199,29 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     build_me(r, g, old, errs);
     if (!errs->count && r->start && !old)
         build_start(r, g, errs);
-    if (!errs->count && g->users && g->opt.nsecrets && gen_map_users(g))
-        add_error(errs, "out of memory for the users table");
+    /* New names are interned only for a generation that is kept: a failed build gives them
+     * back (else repeated bad reloads would grow the registry for good). */
+    struct users_mark mark = {0};
+    int marked = 0;
+    if (!errs->count && g->users && g->opt.nsecrets) {
+        marked = !users_mark(g->users, &mark);
+        if (!marked || gen_map_users(g))
+            add_error(errs, marked && users_count(g->users) >= g->users->max
+                                ? "the users table is full (every name configured since "
+                                  "start keeps its id): restart to drop removed users"
+                                : "out of memory for the users table");
+    }
     /* listen-prefix: the users' addresses (links, tools) and the address map (the proxy) */
     if (!errs->count && (g->uid || r->tool) &&
         prefix_build(g, r->start && !old, (int64_t)time(NULL), e, sizeof e))
         add_error(errs, e);
     if (errs->count) {
+        if (marked)
+            users_rollback(g->users, &mark);
         gen_unref(g);
         return NULL;
     }
+    users_mark_drop(&mark);
     return g;
 }
 

@@ -25,6 +25,114 @@
 #define RSTORE_BUILT 0
 #endif
 
+void rstore_printable(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap; i++)
+        out[o++] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    if (cap)
+        out[o] = 0;
+}
+
+#ifdef MTPROXY_HAVE_HIREDIS
+/*
+ * Our replies are +OK, a nil, or an error: an array is never asked for. A reader's default
+ * functions would allocate an array of whatever count the store sends (*2147483647 asks for
+ * 16 GB); these pass everything to them but refuse a count over the limit, which the reader
+ * reports as an error and the connection is dropped. The defaults are kept in the reader's
+ * privdata, which the reader hands every task.
+ */
+static void *lim_string(const redisReadTask *t, char *s, size_t n)
+{
+    const redisReplyObjectFunctions *d = t->privdata;
+    return d->createString(t, s, n);
+}
+
+static void *lim_array(const redisReadTask *t, int n)
+{
+    const redisReplyObjectFunctions *d = t->privdata;
+    return n < 0 || n > RSTORE_REPLY_MAX_ELEMENTS ? NULL : d->createArray(t, n);
+}
+
+static void *lim_integer(const redisReadTask *t, long long v)
+{
+    const redisReplyObjectFunctions *d = t->privdata;
+    return d->createInteger(t, v);
+}
+
+static void *lim_nil(const redisReadTask *t)
+{
+    const redisReplyObjectFunctions *d = t->privdata;
+    return d->createNil(t);
+}
+
+static const redisReplyObjectFunctions limited = {lim_string, lim_array, lim_integer, lim_nil,
+                                                  freeReplyObject};
+
+static void reader_limit(redisReader *r)
+{
+    if (r->fn == &limited || !r->fn)
+        return;
+    r->privdata = r->fn;
+    r->fn = (redisReplyObjectFunctions *)&limited; /* hiredis never writes through fn */
+}
+
+/* The verdict a reply to SET ... NX gives. */
+static enum rstore_verdict verdict_of(const redisReply *reply)
+{
+    if (!reply || reply->type == REDIS_REPLY_ERROR)
+        return RSTORE_FAILED;
+    if (reply->type == REDIS_REPLY_NIL)
+        return RSTORE_SEEN;
+    if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && !memcmp(reply->str, "OK", 2))
+        return RSTORE_NEW;
+    return RSTORE_FAILED; /* anything else is no answer to SET NX */
+}
+
+int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
+                         char *text, size_t textlen)
+{
+    redisReader *r = redisReaderCreate();
+    if (!r)
+        return -1;
+    reader_limit(r);
+    int n = 0;
+    if (text && textlen)
+        text[0] = 0;
+    if (redisReaderFeed(r, buf, len) != REDIS_OK) {
+        redisReaderFree(r);
+        return -1;
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(r, &reply) != REDIS_OK) {
+            n = -1;
+            break;
+        }
+        if (!reply)
+            break;
+        redisReply *rp = reply;
+        if (text && (rp->type == REDIS_REPLY_ERROR || rp->type == REDIS_REPLY_STATUS))
+            rstore_printable(rp->str, rp->len, text, textlen);
+        if ((size_t)n < cap)
+            out[n] = verdict_of(rp);
+        n++;
+        freeReplyObject(reply);
+    }
+    redisReaderFree(r);
+    return n;
+}
+#else
+int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
+                         char *text, size_t textlen)
+{
+    (void)buf, (void)len, (void)out, (void)cap;
+    if (text && textlen)
+        text[0] = 0;
+    return -1;
+}
+#endif
+
 int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size_t errlen)
 {
     if (!RSTORE_BUILT) {
@@ -35,7 +143,9 @@ int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size
     memset(out, 0, sizeof *out);
     static const char scheme[] = "redis://";
     if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
-        snprintf(err, errlen, "'%.100s' does not start with redis://", url);
+        /* No part of it is quoted: a password may come anywhere in what is not a URL. */
+        snprintf(err, errlen, "replay-store: the URL must start with redis:// "
+                 "(redis://[:PASSWORD@]HOST:PORT[/DB] or redis://[:PASSWORD@]/PATH[?db=N])");
         return -1;
     }
     const char *p = url + sizeof scheme - 1;
@@ -186,8 +296,11 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
     (void)ac;
     redisReply *reply = r;
-    if (reply && reply->type == REDIS_REPLY_ERROR)
-        log_warn("replay-store: %s failed: %s", (const char *)privdata, reply->str);
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
+        char text[200]; /* the store's words, not ours: printable and bounded in the log */
+        rstore_printable(reply->str, reply->len, text, sizeof text);
+        log_warn("replay-store: %s failed: %s", (const char *)privdata, text);
+    }
 }
 
 static void connect_now(struct rstore *rs)
@@ -204,6 +317,7 @@ static void connect_now(struct rstore *rs)
         return;
     }
     ac->data = rs;
+    reader_limit(ac->c.reader);
     if (redisLibevAttach(rs->loop, ac) != REDIS_OK) {
         redisAsyncFree(ac);
         schedule_retry(rs);
@@ -242,14 +356,7 @@ static void on_answer(redisAsyncContext *ac, void *r, void *privdata)
 {
     (void)ac;
     struct question *q = privdata;
-    redisReply *reply = r;
-    enum rstore_verdict v;
-    if (!reply || reply->type == REDIS_REPLY_ERROR)
-        v = RSTORE_FAILED;
-    else if (reply->type == REDIS_REPLY_NIL)
-        v = RSTORE_SEEN;
-    else
-        v = RSTORE_NEW; /* +OK */
+    enum rstore_verdict v = verdict_of(r);
     if (v == RSTORE_SEEN)
         STAT_INC(&q->rs->stats.seen);
     else if (v == RSTORE_FAILED)

@@ -211,6 +211,7 @@ int users_init(struct users *u, int nworkers)
 {
     memset(u, 0, sizeof *u);
     u->nworkers = nworkers;
+    u->max = USERS_MAX;
     u->stats = calloc((size_t)nworkers, sizeof *u->stats);
     if (!u->stats)
         return -1;
@@ -287,7 +288,7 @@ int32_t users_intern(struct users *u, const char *name)
     if (id >= 0)
         return id;
     uint32_t n = atomic_load_explicit(&u->n, memory_order_relaxed);
-    if (n >= USERS_MAX)
+    if (n >= u->max)
         return -1;
     if ((n + 1) * 2 > u->nslots && slots_grow(u))
         return -1;
@@ -311,6 +312,36 @@ int32_t users_intern(struct users *u, const char *name)
 uint32_t users_count(const struct users *u)
 {
     return atomic_load_explicit(&u->n, memory_order_acquire);
+}
+
+int users_mark(const struct users *u, struct users_mark *m)
+{
+    m->n = atomic_load_explicit(&u->n, memory_order_relaxed);
+    m->nslots = u->nslots;
+    m->slots = NULL;
+    if (!u->nslots)
+        return 0;
+    if (!(m->slots = malloc(u->nslots * sizeof *m->slots)))
+        return -1;
+    memcpy(m->slots, u->slots, u->nslots * sizeof *m->slots);
+    return 0;
+}
+
+void users_rollback(struct users *u, struct users_mark *m)
+{
+    /* The ids given back were never in a published generation: no worker holds them. Their
+     * storage chunks stay (capacity, reused by the next names interned). */
+    free(u->slots);
+    u->slots = m->slots;
+    u->nslots = m->nslots;
+    atomic_store_explicit(&u->n, m->n, memory_order_release);
+    m->slots = NULL;
+}
+
+void users_mark_drop(struct users_mark *m)
+{
+    free(m->slots);
+    m->slots = NULL;
 }
 
 struct user_shared *users_shared(const struct users *u, uint32_t id)

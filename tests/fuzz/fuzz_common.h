@@ -67,4 +67,42 @@ void freeaddrinfo(struct addrinfo *res) {
     free(res); /* the addrinfo is the first member of the block getaddrinfo allocated */
 }
 
+
+/* URL errors must quote no credentials. The check: the same URL with every letter after its
+ * first `from` bytes replaced by another of its class (a-f among a-f, g-z among g-z, the same
+ * for capitals; digits and punctuation kept, so percent escapes, IPv6 addresses, ports and
+ * database numbers keep their values' validity) must fail with the very same message; a
+ * message that quotes any of those letters differs. Returns the rotated copy (free it). */
+static inline char rotate_char(char c) {
+    if ((c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))
+        return c == 'f' ? 'a' : c == 'F' ? 'A' : (char)(c + 1);
+    if ((c >= 'g' && c <= 'z') || (c >= 'G' && c <= 'Z'))
+        return c == 'z' ? 'g' : c == 'Z' ? 'G' : (char)(c + 1);
+    return c;
+}
+
+static inline char *fuzz_rotated(const char *s, size_t from) {
+    size_t n = strlen(s);
+    char *r = fuzz_cstr((const uint8_t *)s, n);
+    for (size_t i = from; i < n; i++)
+        r[i] = rotate_char(r[i]);
+    return r;
+}
+
+/* Fails when the error err that parse gave url changes with url's letters past scheme (see
+ * fuzz_rotated): an error quoting the URL. parse returns 0 (accepted) or -1 with err. */
+static inline void fuzz_check_url_error(const char *url, const char *scheme, const char *err,
+                                        int (*parse)(const char *url, char *err, size_t n)) {
+    size_t sl = strlen(scheme);
+    size_t from = strncmp(url, scheme, sl) ? 0 : sl;
+    char *rot = fuzz_rotated(url, from);
+    char err2[256] = "";
+    if ((from || strncmp(rot, scheme, sl)) && parse(rot, err2, sizeof err2) != 0 &&
+        strcmp(err, err2) != 0) {
+        fprintf(stderr, "url %s\n -> %s\nrotated %s\n -> %s\n", url, err, rot, err2);
+        FUZZ_CHECK(!"a URL error quotes the URL");
+    }
+    free(rot);
+}
+
 #endif

@@ -1,6 +1,8 @@
 /* fuzz_ja4.c: libFuzzer target for the JA4 fingerprint of a raw ClientHello (src/proto/ja4.c). */
 #include "proto/ja4.h"
 
+#include "proxy/ja4stat.h"
+
 #include "crypto/crypto.h"
 #include "fuzz_common.h"
 
@@ -47,6 +49,27 @@ static void check_pair(const char *j, const char *raw, size_t rn) {
 
 static char raw[1 << 17];
 
+/* Every input's fingerprint (or "malformed") counted as the proxy counts hellos: the key gives
+ * the text back, and the table stays bounded with counts summing to every input. */
+static struct ja4stat tab;
+static uint64_t counted;
+
+static void count(const char *j)
+{
+    uint8_t key[JA4STAT_KEY_LEN];
+    char back[JA4_LEN + 1];
+    int k = ja4stat_key(j[0] ? j : NULL, key);
+    FUZZ_CHECK(k == (j[0] ? 0 : -1));
+    FUZZ_CHECK(!strcmp(ja4stat_key_str(key, back), j[0] ? j : "malformed"));
+    ja4stat_add(&tab, key, (int)(counted & 1));
+    counted++;
+    static struct ja4stat_row rows[JA4STAT_SLOTS];
+    const struct ja4stat *t = &tab;
+    uint64_t total;
+    FUZZ_CHECK(ja4stat_merge(&t, 1, rows, JA4STAT_SLOTS, &total) <= JA4STAT_SLOTS);
+    FUZZ_CHECK(total == counted);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *buf = malloc(size ? size : 1); /* exact size: reads past size are caught */
     FUZZ_CHECK(buf);
@@ -57,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rn = ja4_raw_from_hello(buf, size, raw, sizeof raw);
     FUZZ_CHECK(r == 0 || r == -1);
     FUZZ_CHECK((r == 0) == (rn >= 0)); /* raw fits: at most 5 characters per input byte */
+    count(j);
     if (r != 0) {
         FUZZ_CHECK(j[0] == '\0' && raw[0] == '\0');
         free(buf);

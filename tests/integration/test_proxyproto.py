@@ -2,11 +2,13 @@
 import os
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
 
-from harness import DC_IDS, FakeWeb, T, new_secret, wait_until
+from harness import (DC_IDS, FakeWeb, T, free_ports, mtproxy_argv, new_secret,
+                     wait_until)
 from proxyinfo import stats
 import rawclient
 
@@ -184,3 +186,83 @@ def test_fronting_gets_the_client_address(procs):
         assert first.split(b"\r\n", 1)[1].startswith(probe[:20])
     finally:
         web.close()
+
+
+@pytest.mark.parametrize("hdr", [v1, v2])
+def test_accept_rate_per_header_address(procs, hdr):
+    """accept-rate counts the address a trusted PROXY header names, not the balancer's: one
+    claimed address flooding is refused while another behind the same balancer is served."""
+    secret = new_secret()
+    dc = procs.fake_dc([(i, "normal") for i in DC_IDS])
+    proxy = procs.proxy([("plain", secret)], [(i, dc.addr(i)) for i in DC_IDS],
+                        extra=["--proxy-protocol", "on", "--accept-rate", "3/s"])
+    baseline(proxy)  # the harness's probe (no header) counts as pp_bad, not against any rate
+    # accept-rate's window is one second of wall time: the flood and both checks must land in
+    # the same one; a slow run (qemu) that crossed a boundary tries again in the next second.
+    for _ in range(6):
+        st0 = stats(proxy)
+        time.sleep(1.0 - time.time() % 1.0 + 0.02)
+        start = time.time()
+        flood = []
+        for _ in range(6):  # 6 from one claimed address: 3 pass, 3 are over its rate
+            s = rawclient.connect(proxy.addr, timeout=T(3))
+            s.sendall(hdr("10.0.0.1"))
+            flood.append(s)
+        other = session(proxy, secret, hdr("10.0.0.2"))
+        again = session(proxy, secret, hdr("10.0.0.1"))
+        one_second = time.time() - start < 0.9
+        for s in flood:
+            s.close()
+        if one_second:
+            break
+    else:
+        pytest.fail("the flood and its checks never fitted in one second")
+    assert served(other), other  # the same balancer, another client: not refused
+    assert refused(again), again
+    st = stats(proxy)
+    assert st["acc_rate"] - st0["acc_rate"] == 4, (st0, st)
+    assert st["accept-rate"] - st0["accept-rate"] == 4, (st0, st)
+
+
+def open_trust_argv(procs, port, *extra):
+    return mtproxy_argv(procs.bins, "--listen", f"0.0.0.0:{port}", "--proxy-protocol", "on",
+                        "--secret", f"plain:{new_secret()}", "--dc-builtin", "off",
+                        "--dc", "2 127.0.0.1:1", "--state-file",
+                        os.path.join(procs.workdir, "open.state"), *extra)
+
+
+def test_open_trust_list_refused_at_start(procs):
+    """proxy-protocol on a non-loopback listener without proxy-protocol-from would let anyone
+    claim any address: start is refused, naming the key and the explicit opt-in."""
+    if not procs.bins["mtproxy"]:
+        pytest.skip("MTPROXY_BIN not set")
+    port = free_ports(1)[0]
+    p = subprocess.Popen(open_trust_argv(procs, port), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    try:
+        out, _ = p.communicate(timeout=T(10))
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail("mtproxy started with an open PROXY trust list on 0.0.0.0")
+    out = out.decode(errors="replace")
+    assert p.returncode == 2, (p.returncode, out)
+    assert f"listen 0.0.0.0:{port}" in out and "proxy-protocol-from = any" in out, out
+    assert "proxy-protocol-from = CIDR" in out, out
+    # --check-config says the same
+    r = subprocess.run(open_trust_argv(procs, port, "--check-config"), capture_output=True,
+                       timeout=T(20))
+    assert r.returncode == 2 and b"proxy-protocol-from" in r.stdout + r.stderr, r
+
+
+@pytest.mark.parametrize("trust", [["any"], ["127.0.0.0/8", "10.0.0.0/8"]])
+def test_open_trust_list_opt_in(procs, trust):
+    """With proxy-protocol-from = any (written out) or a list of balancers, a wildcard
+    listener starts and serves."""
+    secret = new_secret()
+    dc = procs.fake_dc([(i, "normal") for i in DC_IDS])
+    extra = ["--listen", f"0.0.0.0:{free_ports(1)[0]}", "--proxy-protocol", "on"]
+    for t in trust:
+        extra += ["--proxy-protocol-from", t]
+    proxy = procs.proxy([("plain", secret)], [(i, dc.addr(i)) for i in DC_IDS], extra=extra)
+    assert served(session(proxy, secret, v1("10.1.2.3")))

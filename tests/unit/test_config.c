@@ -383,7 +383,7 @@ static void test_file_bad_lines_all_reported(void **state) {
                        "num = 3\n";
     assert_int_equal(load_text(text), 7);
     assert_int_equal(P.errors.count, 7);
-    assert_string_equal(P.errors.msg[0], "t.conf:2: expected 'key = value', got 'just words'");
+    assert_string_equal(P.errors.msg[0], "t.conf:2: expected 'key = value', got 'just...'");
     assert_string_equal(P.errors.msg[1], "t.conf:3: missing key before '='");
     assert_string_equal(P.errors.msg[2], "t.conf:4: missing value for 'num'");
     assert_string_equal(P.errors.msg[3], "t.conf:5: num must be between -10 and 100");
@@ -491,6 +491,21 @@ static void test_args_errors(void **state) {
     assert_int_equal(C.num, 5);
 }
 
+/* Text that failed to parse is quoted only up to a URL's "://" (its credentials follow) and,
+ * for a line with no '=', only its first word (a secret may follow the key). */
+static void test_errors_quote_no_credentials(void **state) {
+    (void)state;
+    char *argv[] = {"socks5://u:pw1@h:1", "--socks5://u:pw2@h:1", "--redis://:pw3@h:1=x"};
+    assert_int_equal(config_load_args(&P, 3, argv), 3);
+    assert_string_equal(P.errors.msg[0], "'socks5://...': expected --key value");
+    assert_string_equal(P.errors.msg[1], "--socks5://...: unknown key");
+    assert_string_equal(P.errors.msg[2], "--redis://...: unknown key 'redis://...'");
+    assert_int_equal(load_text("name socks5://u:pw4@h:1\nsecret a:pw5\nsocks5://u:pw6@h = 1\n"), 3);
+    assert_string_equal(P.errors.msg[3], "t.conf:1: expected 'key = value', got 'name...'");
+    assert_string_equal(P.errors.msg[4], "t.conf:2: expected 'key = value', got 'secret...'");
+    assert_string_equal(P.errors.msg[5], "t.conf:3: unknown key 'socks5://...'");
+}
+
 static void test_unknown_key_last_and_repeated_key(void **state) {
     (void)state;
     char *argv[] = {"--bogus"}; /* an unknown key, even with no value after it */
@@ -582,6 +597,7 @@ int main(void) {
         cmocka_unit_test_setup(test_buffer_is_not_read_past_len, setup),
         cmocka_unit_test_setup(test_load_file, setup),
         cmocka_unit_test_setup(test_args_forms, setup),
+        cmocka_unit_test_setup(test_errors_quote_no_credentials, setup),
         cmocka_unit_test_setup(test_args_errors, setup),
         cmocka_unit_test_setup(test_unknown_key_last_and_repeated_key, setup),
         cmocka_unit_test_setup(test_repeat_replaced_by_higher_source, setup),

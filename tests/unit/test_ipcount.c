@@ -76,11 +76,89 @@ static void test_v4_mapped_is_v4_and_full_table(void **state)
     ipcount_free(&m);
 }
 
+/* The keys an outsider can aim: every address of an IPv4 /16 (which holds every /24), or an
+ * IPv6 /64 varying its last 16 bits, 30,000 of them. With a hash keyed over all 16 bytes they
+ * spread like random keys; the old one put all of them on one home slot (one probe run of
+ * 30,000: 26 us per add or delete). Fails when one run of occupied slots (what a lookup may
+ * walk) holds more than 3% of them; random keys at this load give runs of a few dozen. */
+enum { COLLIDE_KEYS = 30000, COLLIDE_MAX_RUN = COLLIDE_KEYS * 3 / 100 };
+
+static struct sockaddr_storage aimed(int v6, unsigned i)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        inet_pton(AF_INET6, "2001:db8:7:9::", &a->sin6_addr);
+        a->sin6_addr.s6_addr[14] = (uint8_t)(i >> 8);
+        a->sin6_addr.s6_addr[15] = (uint8_t)i;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(0xc6120000u | (i & 0xffff)); /* 198.18.0.0/16 */
+    }
+    return ss;
+}
+
+/* The longest run of occupied slots (cyclic). */
+static size_t longest_run(const struct ipcount *m)
+{
+    size_t cap = m->mask + 1, best = 0, run = 0, start = 0;
+    while (start < cap && m->t[start].n) /* begin after an empty slot: runs may wrap */
+        start++;
+    for (size_t k = 1; k <= cap; k++) {
+        if (m->t[(start + k) & m->mask].n) {
+            if (++run > best)
+                best = run;
+        } else {
+            run = 0;
+        }
+    }
+    return best;
+}
+
+static void check_spread(int v6)
+{
+    struct ipcount m;
+    assert_int_equal(ipcount_init(&m, COLLIDE_KEYS), 0);
+    for (unsigned i = 0; i < COLLIDE_KEYS; i++) {
+        struct sockaddr_storage ss = aimed(v6, i);
+        assert_int_equal(ipcount_add(&m, (struct sockaddr *)&ss), 1);
+    }
+    size_t run = longest_run(&m);
+    print_message("%s: %d aimed keys, longest probe run %zu slots (limit %d)\n",
+                  v6 ? "IPv6 /64" : "IPv4 /16", COLLIDE_KEYS, run, COLLIDE_MAX_RUN);
+    assert_true(run <= COLLIDE_MAX_RUN);
+    for (unsigned i = 0; i < COLLIDE_KEYS; i++) {
+        struct sockaddr_storage ss = aimed(v6, i);
+        assert_int_equal(ipcount_get(&m, (struct sockaddr *)&ss), 1);
+        ipcount_del(&m, (struct sockaddr *)&ss);
+    }
+    assert_int_equal(m.used, 0);
+    assert_int_equal(longest_run(&m), 0);
+    ipcount_free(&m);
+}
+
+static void test_aimed_v4_spread(void **state)
+{
+    (void)state;
+    check_spread(0);
+}
+
+static void test_aimed_v6_spread(void **state)
+{
+    (void)state;
+    check_spread(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_v4_mapped_is_v4_and_full_table),
+        cmocka_unit_test(test_aimed_v4_spread),
+        cmocka_unit_test(test_aimed_v6_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

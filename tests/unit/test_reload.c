@@ -224,12 +224,66 @@ static void test_start(void **state)
     users_destroy(&u);
 }
 
+/* conf with secrets a (the running one) and names new<round>_0..n-1 (keys distinct). */
+static void write_users(int round, int n)
+{
+    static char conf[16384];
+    int len = snprintf(conf, sizeof conf, "listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1
+                       "\n");
+    for (int i = 0; i < n; i++)
+        len += snprintf(conf + len, sizeof conf - (size_t)len,
+                        "secret = new%d_%d:00112233445566778899aabb%04x%04x\n", round, i, round, i);
+    write_conf(conf);
+}
+
+/* A reload that fails after interning new names gives them back: repeated bad reloads leave
+ * the registry (ids and name index, also after the index grew) exactly as before, and the
+ * next good reload hands out the next ids without holes. */
+static void test_failed_reload_gives_names_back(void **state)
+{
+    (void)state;
+    static struct config_errors e;
+    write_users(0, 1);
+    struct gen *g1 = reload_build(&R, NULL, &e);
+    assert_non_null(g1);
+    assert_int_equal(users_count(&U), 2);
+    size_t nslots = U.nslots;
+    U.max = 2 + 40; /* room for 40 more: a reload naming 50 new users fails at the 41st */
+    for (int round = 1; round <= 5; round++) {
+        memset(&e, 0, sizeof e);
+        write_users(round, 50); /* 40 interned (the index grows past 64 slots), then full */
+        assert_null(reload_build(&R, g1, &e));
+        assert_int_equal(e.count, 1);
+        assert_non_null(strstr(e.msg[0], "users table is full"));
+        assert_int_equal(users_count(&U), 2);
+        assert_int_equal(U.nslots, nslots);
+        assert_int_equal(users_find(&U, "a"), 0);
+        assert_int_equal(users_find(&U, "new0_0"), 1);
+        assert_int_equal(users_find(&U, "new1_0"), -1);
+        char name[32];
+        snprintf(name, sizeof name, "new%d_39", round);
+        assert_int_equal(users_find(&U, name), -1);
+    }
+    memset(&e, 0, sizeof e);
+    write_users(9, 40); /* fits: ids 2..41, the names found again */
+    struct gen *g2 = reload_build(&R, g1, &e);
+    assert_non_null(g2);
+    assert_int_equal(users_count(&U), 42);
+    assert_int_equal(users_find(&U, "new9_0"), 2);
+    assert_int_equal(users_find(&U, "new9_39"), 41);
+    assert_int_equal(users_find(&U, "a"), 0);
+    assert_string_equal(users_name(&U, 41), "new9_39");
+    gen_unref(g1);
+    gen_unref(g2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_generations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_me_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_reload_gives_names_back, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
