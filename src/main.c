@@ -1,4 +1,5 @@
 /* main.c: command line, config loading, start-up checks, workers, signals and shutdown. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -35,6 +36,7 @@
 #include "proxy/middle.h"
 #include "proxy/options.h"
 #include "proxy/preflight.h"
+#include "proxy/prefix.h"
 #include "proxy/reload.h"
 #include "proxy/tlslearn.h"
 #include "proxy/tools.h"
@@ -69,6 +71,11 @@ static void usage(FILE *f)
             "  mtproxy doctor [--config FILE] [--offline] [--KEY VALUE ...]\n"
             "                                            check this machine's setup: one\n"
             "                                            OK/WARN/FAIL line per check\n"
+            "  mtproxy user rotate-address NAME [--config FILE] [--KEY VALUE ...]\n"
+            "                                            listen-prefix: give user NAME a new\n"
+            "                                            address (the running proxy is sent\n"
+            "                                            SIGHUP; the old one serves for\n"
+            "                                            listen-prefix-grace)\n"
             "  mtproxy --help | --version\n\n"
             "Every config file key can be given as --KEY VALUE (the command line wins; a\n"
             "repeatable key given on the command line replaces the file's values).\n\n"
@@ -118,8 +125,10 @@ static void print_links(const struct options *o, uid_t owner)
         return;
     text[0] = 0;
     for (int i = 0; i < o->nsecrets; i++) {
-        char tg[1024], https[1024];
-        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https))
+        char tg[1024], https[1024], uhost[256];
+        snprintf(uhost, sizeof uhost, "%s", host);
+        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port); /* listen-prefix */
+        if (secret_links(&o->secrets[i], uhost, uport, tg, sizeof tg, https, sizeof https))
             continue;
         n += (size_t)snprintf(text + n, cap - n, "secret %s: %s\nsecret %s: %s\n",
                               o->secrets[i].name, tg, o->secrets[i].name, https);
@@ -505,6 +514,7 @@ struct app {
     /* configure: the command line and the first generation */
     const char *config_path;
     int check_only, links_cmd, doctor_cmd;
+    const char *rotate_name;  /* `user rotate-address NAME` */
     int qr, offline;          /* links: -1 = QR codes on a terminal; doctor: no network */
     char **args;              /* the `--key value` arguments (every reload reads them again) */
     struct reload rl;
@@ -539,10 +549,18 @@ static int app_args(struct app *a, int argc, char **argv)
     a->links_cmd = argc >= 2 && !strcmp(argv[1], "links");
     a->doctor_cmd = argc >= 2 && !strcmp(argv[1], "doctor");
     a->qr = -1;
-    int nrest = 0;
+    int nrest = 0, first = 1 + (a->links_cmd || a->doctor_cmd);
+    if (argc >= 2 && !strcmp(argv[1], "user")) {
+        if (argc < 4 || strcmp(argv[2], "rotate-address") || argv[3][0] == '-') {
+            fprintf(stderr, "mtproxy: usage: mtproxy user rotate-address NAME [--config FILE]\n");
+            return EXIT_CONFIG;
+        }
+        a->rotate_name = argv[3];
+        first = 4;
+    }
     if (!(a->args = calloc((size_t)argc + 1, sizeof *a->args)))
         return 1;
-    for (int i = 1 + (a->links_cmd || a->doctor_cmd); i < argc; i++) {
+    for (int i = first; i < argc; i++) {
         if (a->links_cmd && (!strcmp(argv[i], "--qr") || !strcmp(argv[i], "--no-qr"))) {
             a->qr = argv[i][2] == 'q';
         } else if (a->doctor_cmd && !strcmp(argv[i], "--offline")) {
@@ -576,8 +594,8 @@ static int app_args(struct app *a, int argc, char **argv)
  * users registry). links and doctor are done with it here. */
 static int app_configure(struct app *a)
 {
-    int run = !a->links_cmd && !a->doctor_cmd && !a->check_only;
-    a->rl.tool = a->links_cmd || a->doctor_cmd;
+    int run = !a->links_cmd && !a->doctor_cmd && !a->check_only && !a->rotate_name;
+    a->rl.tool = a->links_cmd || a->doctor_cmd || a->rotate_name;
     if (run) {
         a->rl.users = &a->users;
         a->rl.start = &a->start;
@@ -588,6 +606,8 @@ static int app_configure(struct app *a)
     if (a->doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
         return tools_doctor(g ? &g->opt : NULL, g ? g->me : NULL, &a->errs, a->offline, stdout)
                    ? 1 : 0;
+    if (a->rotate_name)
+        return g ? prefix_rotate_cmd(&g->opt, a->rotate_name, stdout) : EXIT_CONFIG;
     if (a->links_cmd && g) {
         if (!g->opt.nsecrets) {
             fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
@@ -760,6 +780,16 @@ static int app_worker(struct app *a, int i)
         }
         worker_add_listener(&a->ws[i], fd);
     }
+    if (opt->prefix_on) { /* every address of the prefix: [::]:PORT, the user told by address */
+        struct sock_addr any = {.len = sizeof any.u.in6};
+        any.u.in6.sin6_family = AF_INET6;
+        any.u.in6.sin6_port = htons((uint16_t)opt->prefix_port);
+        int fd = sock_listen(&any, opt->backlog, 1, &a->pws[i].sockopts, err, sizeof err);
+        if (fd < 0 || worker_add_listener_tag(&a->ws[i], fd, PROXY_LISTENER_PREFIX)) {
+            log_error("listen-prefix: %s", fd < 0 ? err : "too many listeners");
+            return 1;
+        }
+    }
     return APP_ON;
 }
 
@@ -781,6 +811,16 @@ static int app_workers(struct app *a)
         char s[SOCK_ADDR_STRLEN];
         sock_addr_format(&opt->listen[l], s, sizeof s);
         log_info("listening on %s (%d worker%s)", s, a->nworkers, a->nworkers == 1 ? "" : "s");
+    }
+    if (opt->prefix_on) {
+        char p[INET6_ADDRSTRLEN], msg[512];
+        inet_ntop(AF_INET6, &opt->prefix, p, sizeof p);
+        log_info("listen-prefix: every address of %s/%d port %d, one per user", p,
+                 opt->prefix_len, opt->prefix_port);
+        if (prefix_route_setup(opt, msg, sizeof msg))
+            log_warn("%s", msg);
+        else if (msg[0])
+            log_info("%s", msg);
     }
     int rc = opt->metrics_on ? app_metrics(a) : APP_ON;
     if (rc == APP_ON)
@@ -805,6 +845,8 @@ static int app_detach(struct app *a)
     snprintf(a->pidfile, sizeof a->pidfile, "%s", opt->pidfile);
     if (a->pidfile[0] && write_pidfile(a->pidfile, a->user.uid))
         return 1;
+    if (opt->user[0] && a->user.found)
+        prefix_give_to(opt, a->user.uid);
     if (opt->user[0] && drop_privileges(&a->user))
         return 1;
     return APP_ON;

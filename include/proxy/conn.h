@@ -107,6 +107,10 @@ struct proxy_worker {
 int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
                       struct users *users, struct replay *replay, int nworkers);
 
+/* worker_add_listener_tag: the listen-prefix listener (its connections' local address names
+ * the user they may be). */
+#define PROXY_LISTENER_PREFIX 1
+
 /* Command bit for worker_post: a new generation waits in next_gen. */
 #define PROXY_CMD_GEN 1
 

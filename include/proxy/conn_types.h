@@ -146,6 +146,8 @@ struct conn {
     uint8_t state;
     uint32_t secret_idx;       /* index of the matched secret in the options' secrets */
     int32_t uid;               /* its user's id in the users registry, -1 until admitted */
+    int32_t addr_uid;          /* listen-prefix: the user whose address it came to (or
+                                * PREFIX_NOBODY); PREFIX_NOT_VIA through other listeners */
     struct user_stats *us;     /* that user's counters in this worker (NULL until admitted) */
     const struct user_limit *lim; /* that user's limits (in gen), or NULL */
     struct gen *gen;           /* the config generation it started under (one reference) */

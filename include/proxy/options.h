@@ -169,6 +169,16 @@ struct options {
     int rstore_fail_closed;
     unsigned rstore_timeout_ms;
     unsigned rstore_ttl_ms; /* plain/dd headers (FakeTLS hellos: 2 x tls-time-skew) */
+
+    /* listen-prefix: every address of an IPv6 prefix, one per user (proxy/prefix.h). */
+    int prefix_on;
+    struct in6_addr prefix;    /* host bits zero */
+    int prefix_len;            /* 1..120 */
+    int prefix_port;
+    char prefix_key[80];       /* listen-prefix-key (hex), "" = from STATE-FILE.addresses */
+    unsigned prefix_grace_ms;  /* a rotated-away address keeps serving this long */
+    struct in6_addr *user_addr; /* per secret index, that user's address (reload_build sets
+                                 * it with listen-prefix; heap, options_free); else NULL */
 };
 
 /* The option table (also drives --help and the documented mtproxy.conf). */

@@ -28,6 +28,7 @@
  */
 
 struct me_table;
+struct prefix_map;
 
 struct gen {
     _Atomic int refs;
@@ -46,6 +47,7 @@ struct gen {
     struct faketls_sni_index sni;   /* the ee secrets by domain (tls-sni-check) */
     uint32_t nusers;
     int state_secret;               /* the secret is the generated one from state-file */
+    struct prefix_map *pmap;        /* listen-prefix: address -> user (proxy/prefix.h), or NULL */
 };
 
 /* Start-up's part of the first build (reload_build with reload.start set and no old

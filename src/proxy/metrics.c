@@ -14,6 +14,7 @@
 #include "core/replay.h"
 #include "proto/http.h"
 #include "proxy/counters.h"
+#include "proxy/prefix.h"
 #include "proxy/qr.h"
 #include "proxy/reload.h"
 
@@ -205,7 +206,11 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
        "When each user's access ends (users with an expiry only).")                           \
     UH(EXPIRY)                                                                                 \
     UF("user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.")           \
-    US(quota_used, NULL, NULL, "quota_used")
+    US(quota_used, NULL, NULL, "quota_used")                                                   \
+    UF("user_foreign_address_refusals_total", "counter",                                       \
+       "listen-prefix: connections with the user's secret refused on an address not the "      \
+       "user's.")                                                                              \
+    US(foreign_addr, NULL, NULL, "foreign_address_refusals")
 
 enum user_hand { UM_COUNTER, UM_REFUSED, UM_QUOTA_LEFT, UM_EXPIRY };
 
@@ -497,8 +502,12 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
                 sbuf_printf(out, ",\"%s\":%llu", user_metrics[m].json,
                             (unsigned long long)user_counter(&ut, &user_metrics[m]));
         sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
-        char tg[1024], https[1024];
-        if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
+        char tg[1024], https[1024], uhost[256];
+        snprintf(uhost, sizeof uhost, "%s", host);
+        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);
+        if (links && o->user_addr) /* as secret as the links: a censor would block them */
+            sbuf_printf(out, ",\"address\":\"%s\"", uhost);
+        if (links && !secret_links(sec, uhost, uport, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
         sbuf_printf(out, "}");
     }
@@ -665,6 +674,7 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
             if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
                 continue;
             char tg[1024], https[1024];
+            port = prefix_link_host(o, i, host, sizeof host, port);
             if (!secret_links(&o->secrets[i], host, port, tg, sizeof tg, https,
                               sizeof https) &&
                 !qr_svg(https, 4, &body))

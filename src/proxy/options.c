@@ -31,6 +31,48 @@ static void reset_listen(void *conf)
     ((struct options *)conf)->nlisten = 0;
 }
 
+/* listen-prefix = [PREFIX]/LEN:PORT (or off). */
+static int parse_listen_prefix(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    o->prefix_on = 0;
+    if (!strcmp(v, "off"))
+        return 0;
+    const char *rb = strchr(v, ']');
+    char host[INET6_ADDRSTRLEN + 1];
+    char *end;
+    long len = -1, port = -1;
+    if (v[0] == '[' && rb && rb[1] == '/' && (size_t)(rb - v - 1) < sizeof host) {
+        memcpy(host, v + 1, (size_t)(rb - v - 1));
+        host[rb - v - 1] = 0;
+        len = strtol(rb + 2, &end, 10);
+        if (end == rb + 2 || *end != ':')
+            len = -1;
+        else
+            port = strtol(end + 1, &end, 10);
+        if (*end)
+            port = -1;
+    }
+    if (len < 0 || port < 0 || inet_pton(AF_INET6, host, &o->prefix) != 1) {
+        snprintf(err, errlen, "'%s' is not [IPV6-PREFIX]/LEN:PORT (e.g. [2001:db8:1:2::]/64:443)",
+                 v);
+        return -1;
+    }
+    if (len < 1 || len > 120 || port < 1 || port > 65535) {
+        snprintf(err, errlen, "'%s': the length must be 1..120 and the port 1..65535", v);
+        return -1;
+    }
+    for (int b = (int)len; b < 128; b++)
+        if (o->prefix.s6_addr[b / 8] & (0x80 >> (b % 8))) {
+            snprintf(err, errlen, "'%s': host bits set after /%ld", v, len);
+            return -1;
+        }
+    o->prefix_len = (int)len;
+    o->prefix_port = (int)port;
+    o->prefix_on = 1;
+    return 0;
+}
+
 static uint32_t name_hash(const char *s)
 {
     uint32_t h = 2166136261u;
@@ -398,6 +440,20 @@ const struct config_option options_table[] = {
     {.name = "listen", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "ADDR:PORT",
      .def = "0.0.0.0:8443", .parse = parse_listen, .reset = reset_listen,
      .help = "Address and port to accept clients on; IPv6 as [::]:443. Repeat for several."},
+    {.name = "listen-prefix", .type = CFG_CUSTOM, .arg = "[PREFIX]/LEN:PORT|off", .def = "off",
+     .parse = parse_listen_prefix,
+     .help = "Accept on every address of this IPv6 prefix (e.g. [2001:db8:1:2::]/64:443), and "
+             "give each user its own address in it, derived from listen-prefix-key and the "
+             "user's name: its links carry it, and a client on another user's address (or on "
+             "no user's) is treated like a bad one. Needs a local route for the prefix "
+             "(`ip -6 route add local PREFIX/LEN dev lo`, added at start when permitted). "
+             "Combines with listen."},
+    {.name = "listen-prefix-key", .type = CFG_STRING, .offset = OFF(prefix_key), .str_size = 80,
+     .arg = "HEX", .help = "Key (64 hex digits) the users' addresses are derived from. Empty: "
+     "one is generated at first start and kept in STATE-FILE.addresses."},
+    {.name = "listen-prefix-grace", .type = CFG_DURATION, .offset = OFF(prefix_grace_ms),
+     .def = "10m", .arg = "DURATION", .help = "After `mtproxy user rotate-address NAME`, how "
+     "long the user's old address keeps serving."},
     {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "NAME:SECRET",
      .parse = parse_secret, .reset = reset_secret,
      .help = "A client secret as clients see it: 32 hex digits (plain obfuscated2: tags ef, "
@@ -784,6 +840,8 @@ void options_free(struct options *o)
     o->nlimits = o->limits_cap = 0;
     free(o->secrets);
     free(o->secret_slots);
+    free(o->user_addr);
+    o->user_addr = NULL;
     o->secrets = NULL;
     o->secret_slots = NULL;
     o->nsecrets = o->secrets_cap = 0;
@@ -837,6 +895,11 @@ int options_validate(struct config_parser *p, struct options *o)
     } while (0)
     if (o->nlisten == 0)
         ERR("no listen address");
+    for (int i = 0; i < o->nlisten && o->prefix_on; i++)
+        if (o->listen[i].u.sa.sa_family == AF_INET6 && sock_addr_is_any(&o->listen[i]) &&
+            sock_addr_port(&o->listen[i]) == o->prefix_port)
+            ERR("listen [::]:%d and listen-prefix share a port: listen-prefix already takes "
+                "every IPv6 address on it (give listen another port)", o->prefix_port);
     if (o->max_buffer < o->block_size)
         ERR("max-buffer (%zu) must be at least block-size (%zu)", o->max_buffer,
             o->block_size);

@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proxy/middle.h"
+#include "proxy/prefix.h"
 
 void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,
                  char **argv)
@@ -20,6 +22,9 @@ void reload_init(struct reload *r, struct users *users, const char *config_path,
 static void gen_free(struct gen *g)
 {
     middle_table_put(g->me);
+    if (g->pmap)
+        prefix_map_free(g->pmap);
+    free(g->pmap);
     acl_free(&g->acl);
     faketls_sni_index_free(&g->sni);
     options_free(&g->opt);
@@ -206,6 +211,10 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
                                   "start keeps its id): restart to drop removed users"
                                 : "out of memory for the users table");
     }
+    /* listen-prefix: the users' addresses (links, tools) and the address map (the proxy) */
+    if (!errs->count && (g->uid || r->tool) &&
+        prefix_build(g, r->start && !old, (int64_t)time(NULL), e, sizeof e))
+        add_error(errs, e);
     if (errs->count) {
         if (marked)
             users_rollback(g->users, &mark);
@@ -230,6 +239,7 @@ static const char *const restart_keys[] = {
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
     "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max", "metrics",
+    "listen-prefix",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own
@@ -287,6 +297,16 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
             return 0;
         b->metrics_on = a->metrics_on;
         b->metrics_addr = a->metrics_addr;
+        return 1;
+    }
+    if (!strcmp(key, "listen-prefix")) { /* its listeners and route are set up at start */
+        if (a->prefix_on == b->prefix_on && a->prefix_len == b->prefix_len &&
+            a->prefix_port == b->prefix_port && !memcmp(&a->prefix, &b->prefix, sizeof a->prefix))
+            return 0;
+        b->prefix_on = a->prefix_on;
+        b->prefix = a->prefix;
+        b->prefix_len = a->prefix_len;
+        b->prefix_port = a->prefix_port;
         return 1;
     }
     if (!strcmp(key, "replay-store")) {

@@ -22,6 +22,7 @@
 #include "proxy/metrics.h"
 #include "proxy/middle.h"
 #include "proxy/preflight.h"
+#include "proxy/prefix.h"
 #include "proxy/qr.h"
 #include "proxy/tlslearn.h"
 
@@ -36,10 +37,12 @@ int tools_links(const struct options *o, FILE *f, int qr)
     if (qr && !qr_available())
         fprintf(f, "(this build has no libqrencode: links only, no QR codes)\n\n");
     for (int i = 0; i < o->nsecrets; i++) {
-        char tg[1024], https[1024];
-        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https)) {
+        char tg[1024], https[1024], uhost[256];
+        snprintf(uhost, sizeof uhost, "%s", host);
+        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port); /* listen-prefix */
+        if (secret_links(&o->secrets[i], uhost, uport, tg, sizeof tg, https, sizeof https)) {
             fprintf(f, "%s: cannot make a link for host '%s' port %d\n", o->secrets[i].name,
-                    host, port);
+                    uhost, uport);
             rc = 1;
             continue;
         }
