@@ -29,6 +29,7 @@
 #define ME_READ_CHUNK 65536
 #define ME_IOV_MAX 32
 #define ME_READS_PER_EVENT 8
+#define ME_STALL_ALL 10 /* graces a link stays paused before draining clients are closed too */
 
 enum me_state { ML_WAIT = 0, ML_CONNECTING, ML_NONCE, ML_HANDSHAKE, ML_READY };
 
@@ -51,6 +52,9 @@ struct me_link {
     ev_io io;
     unsigned events;
     ev_timer timer;
+    ev_timer stall;     /* while paused: closes the clients holding it after me-stall-grace */
+    ev_tstamp paused_at;
+    uint32_t pause_epoch; /* counts pauses and stall checks: clients that drained since have it */
     uint8_t state;
     uint8_t draining;   /* from an older table: no new clients; freed when empty */
     uint8_t err;        /* a write failed: fail at the next chance (never from a send) */
@@ -86,6 +90,7 @@ struct mclient {
     size_t inlen, incap;
     size_t pending_up;             /* bytes of its requests queued on the link */
     size_t accounted;              /* of c->cli.queued, what link->undelivered counts */
+    uint32_t drained_epoch;        /* its link's pause_epoch when it last drained, paused */
     uint32_t flags;                /* RPC_PROXY_REQ flags for its framing */
     struct rpc_addr remote, ours;
 };
@@ -404,6 +409,7 @@ static void link_reset(struct me_link *l)
     l->rbuf = NULL;
     l->rlen = l->rcap = l->rdec = 0;
     l->err = l->ping_out = l->paused = 0;
+    ev_timer_stop(loop_of(l->m), &l->stall);
     if (l->state == ML_READY)
         STAT_DEC(&l->m->pw->stats.me_links_open);
     l->state = ML_WAIT;
@@ -708,17 +714,26 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
 
 /* --- answers toward clients ---------------------------------------------------------------- */
 
+/* A paused link whose clients hold at most half of me-link-buffer is read again. */
+static void link_resume(struct me_link *l)
+{
+    if (l->paused && l->undelivered <= l->m->pw->opt->me_link_buffer / 2) {
+        l->paused = 0;
+        ev_timer_stop(loop_of(l->m), &l->stall);
+        link_rewatch(l);
+    }
+}
+
 /* Keeps link->undelivered equal to what its clients hold queued; resumes a paused link. */
 static void mc_sync(struct mclient *mc)
 {
     struct me_link *l = mc->link;
     size_t q = mc->c->cli.queued;
+    if (l->paused && q < mc->accounted) /* it reads: not what holds the link */
+        mc->drained_epoch = l->pause_epoch;
     l->undelivered = l->undelivered - mc->accounted + q;
     mc->accounted = q;
-    if (l->paused && l->undelivered <= l->m->pw->opt->me_link_buffer / 2) {
-        l->paused = 0;
-        link_rewatch(l);
-    }
+    link_resume(l);
 }
 
 /* Queues p[0..n) (already encrypted for the client) toward c, in TLS records for an ee
@@ -916,6 +931,92 @@ static int link_input(struct me_link *l)
     return 0;
 }
 
+/* --- stalled clients ------------------------------------------------------------------------ */
+
+static int holder_cmp(const void *a, const void *b)
+{
+    const struct middle_holder *x = a, *y = b;
+    return x->held < y->held ? 1 : x->held > y->held ? -1 : 0;
+}
+
+int middle_stall_victims(struct middle_holder *h, int n, size_t fair, size_t target, int all)
+{
+    size_t total = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        total += h[i].held;
+        h[i].evict = 0;
+    }
+    if (n > 1)
+        qsort(h, (size_t)n, sizeof *h, holder_cmp);
+    for (int i = 0; i < n && h[i].held; i++)
+        if ((!h[i].progressed && h[i].held > fair) ||
+            ((all || !h[i].progressed) && total > target)) {
+            h[i].evict = 1;
+            total -= h[i].held;
+            k++;
+        }
+    return k;
+}
+
+static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents);
+
+/* A new epoch (no client drained in it yet), checked after the grace. */
+static void link_stall_arm(struct me_link *l)
+{
+    struct ev_loop *loop = loop_of(l->m);
+    l->pause_epoch++;
+    ev_timer_stop(loop, &l->stall);
+    ev_timer_set(&l->stall, l->m->pw->opt->me_stall_grace_ms / 1000.0, 0);
+    ev_timer_start(loop, &l->stall);
+}
+
+/* The link stayed paused through me-stall-grace: the clients that wrote nothing to their
+ * sockets meanwhile close (the chosen of middle_stall_victims), which resumes it; clients that
+ * drain are left to drain, checked again after another grace, until the link has been paused
+ * ME_STALL_ALL graces: then the largest holders go whether they drain or not. */
+static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct me_link *l = t->data;
+    struct proxy_worker *pw = l->m->pw;
+    if (!l->paused || l->state != ML_READY || !l->nclients)
+        return;
+    struct middle_holder *h = calloc((size_t)l->nclients, sizeof *h);
+    int n = 0;
+    if (h) {
+        for (struct mclient *mc = l->clients; mc && n < l->nclients; mc = mc->lnext, n++) {
+            h[n].who = mc;
+            h[n].held = mc->c->closing ? 0 : mc->accounted; /* a marked one goes anyway */
+            h[n].progressed = mc->drained_epoch == l->pause_epoch;
+        }
+    }
+    double paused = ev_now(loop) - l->paused_at;
+    if (n) {
+        size_t fair = pw->opt->me_link_buffer / (size_t)n;
+        int all = paused >= ME_STALL_ALL * (pw->opt->me_stall_grace_ms / 1000.0);
+        middle_stall_victims(h, n, fair, pw->opt->me_link_buffer / 2, all);
+    }
+    char name[160];
+    link_name(l, name, sizeof name);
+    for (int i = 0; i < n; i++) {
+        struct mclient *mc = h[i].who;
+        struct conn *c = mc->c;
+        if (!h[i].evict || c->closing)
+            continue;
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_info("w%d conn %llu %s: closed as stalled: held %zu of the %zu bytes on %s, %s, "
+                 "paused %.1f s (me-stall-grace)", pw->w->id, (unsigned long long)c->id, peer,
+                 mc->accounted, l->undelivered, name,
+                 h[i].progressed ? "the largest share" : "read none of them", paused);
+        STAT_INC(&pw->stats.me_stalled_evicted);
+        client_drop(c, CR_SLOW); /* frees mc; the link resumes once under half */
+    }
+    free(h);
+    if (l->paused) /* its holders drain, are closing already, or no memory */
+        link_stall_arm(l);
+}
+
 static void link_read(struct me_link *l)
 {
     struct proxy_worker *pw = l->m->pw;
@@ -958,6 +1059,10 @@ static void link_read(struct me_link *l)
         if (link_input(l))
             return;
         if (l->state == ML_READY && l->undelivered > pw->opt->me_link_buffer) {
+            if (!l->paused) { /* clients that hold it past me-stall-grace will be closed */
+                l->paused_at = ev_now(loop_of(l->m));
+                link_stall_arm(l);
+            }
             l->paused = 1; /* read again once its clients drained half of it */
             STAT_INC(&pw->stats.me_link_pauses);
             break;
@@ -1013,6 +1118,8 @@ static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents)
         link_fail(l, "no handshake answer in time");
         break;
     case ML_READY: {
+        if (l->paused) /* not read: its silence is ours (the stall check ends the pause) */
+            l->last_rx = ev_now(loop);
         double quiet = ev_now(loop) - l->last_rx, every = ping_interval(l);
         if (quiet >= every) {
             if (l->ping_out) {
@@ -1049,6 +1156,8 @@ static int link_add(struct middle *m, struct me_table *t, int i)
     l->fd = -1;
     ev_init(&l->timer, on_link_timer);
     l->timer.data = l;
+    ev_init(&l->stall, on_link_stall);
+    l->stall.data = l;
     l->next = m->links;
     m->links = l;
     /* spread first connects a little so workers do not start in lockstep */
@@ -1364,10 +1473,7 @@ void middle_detach(struct conn *c)
         mc->lnext->lprev = mc->lprev;
     l->nclients--;
     l->undelivered -= mc->accounted < l->undelivered ? mc->accounted : l->undelivered;
-    if (l->paused && l->undelivered <= m->pw->opt->me_link_buffer / 2) {
-        l->paused = 0;
-        link_rewatch(l);
-    }
+    link_resume(l);
     free(mc->in);
     free(mc);
     if (l->draining && !l->nclients && !l->failing) /* freed from its own callback */
