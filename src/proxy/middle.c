@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -30,6 +31,7 @@
 #define ME_IOV_MAX 32
 #define ME_READS_PER_EVENT 8
 #define ME_STALL_ALL 10 /* graces a link stays paused before draining clients are closed too */
+#define ME_STALL_PROGRESS 8192 /* bytes a client's peer must take in a grace not to be stalled */
 
 enum me_state { ML_WAIT = 0, ML_CONNECTING, ML_NONCE, ML_HANDSHAKE, ML_READY };
 
@@ -55,6 +57,7 @@ struct me_link {
     ev_timer stall;     /* while paused: closes the clients holding it after me-stall-grace */
     ev_tstamp paused_at;
     uint32_t pause_epoch; /* counts pauses and stall checks: clients that drained since have it */
+    uint8_t stall_judge;  /* the next stall check judges (the first of a pause only notes) */
     uint8_t state;
     uint8_t draining;   /* from an older table: no new clients; freed when empty */
     uint8_t err;        /* a write failed: fail at the next chance (never from a send) */
@@ -91,6 +94,8 @@ struct mclient {
     size_t pending_up;             /* bytes of its requests queued on the link */
     size_t accounted;              /* of c->cli.queued, what link->undelivered counts */
     uint32_t drained_epoch;        /* its link's pause_epoch when it last drained, paused */
+    uint32_t mark_epoch;           /* its link's pause_epoch when stall_mark was taken */
+    size_t stall_mark;             /* client_unread at the link's last stall check */
     uint32_t flags;                /* RPC_PROXY_REQ flags for its framing */
     struct rpc_addr remote, ours;
 };
@@ -961,43 +966,70 @@ int middle_stall_victims(struct middle_holder *h, int n, size_t fair, size_t tar
 
 static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents);
 
-/* A new epoch (no client drained in it yet), checked after the grace. */
-static void link_stall_arm(struct me_link *l)
+/* Runs the stall check in s seconds; a new epoch (no client drained in it yet). */
+static void link_stall_arm(struct me_link *l, double s)
 {
     struct ev_loop *loop = loop_of(l->m);
     l->pause_epoch++;
     ev_timer_stop(loop, &l->stall);
-    ev_timer_set(&l->stall, l->m->pw->opt->me_stall_grace_ms / 1000.0, 0);
+    ev_timer_set(&l->stall, s, 0);
     ev_timer_start(loop, &l->stall);
 }
 
-/* The link stayed paused through me-stall-grace: the clients that wrote nothing to their
- * sockets meanwhile close (the chosen of middle_stall_victims), which resumes it; clients that
- * drain are left to drain, checked again after another grace, until the link has been paused
- * ME_STALL_ALL graces: then the largest holders go whether they drain or not. */
+/* Bytes c's peer has yet to take: queued in the proxy and in the socket (unsent or unacked).
+ * It only falls while the link is paused (nothing new arrives), and only as the peer reads. */
+static size_t client_unread(const struct mclient *mc)
+{
+    int outq = 0;
+    if (ioctl(mc->c->cli.fd, TIOCOUTQ, &outq) || outq < 0)
+        outq = 0;
+    return mc->accounted + (size_t)outq;
+}
+
+/* The link is still paused: a quarter of me-stall-grace after the pause each holder's unread
+ * bytes are noted; at the grace, and each grace after while it stays paused, the holders whose
+ * peer took less than ME_STALL_PROGRESS meanwhile (nothing written from their queue, the
+ * socket's unacked bytes not falling) close: the chosen of middle_stall_victims, which resumes
+ * the link. Clients that read are left to drain until the link has been paused ME_STALL_ALL
+ * graces: then the largest holders go whether they read or not. A pause shorter than a
+ * quarter grace (a busy link) costs nothing here. */
 static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct me_link *l = t->data;
     struct proxy_worker *pw = l->m->pw;
+    double grace = pw->opt->me_stall_grace_ms / 1000.0, paused = ev_now(loop) - l->paused_at;
     if (!l->paused || l->state != ML_READY || !l->nclients)
         return;
-    struct middle_holder *h = calloc((size_t)l->nclients, sizeof *h);
-    int n = 0;
-    if (h) {
-        for (struct mclient *mc = l->clients; mc && n < l->nclients; mc = mc->lnext, n++) {
-            h[n].who = mc;
-            h[n].held = mc->c->closing ? 0 : mc->accounted; /* a marked one goes anyway */
-            h[n].progressed = mc->drained_epoch == l->pause_epoch;
-        }
+    int judge = l->stall_judge, n = 0;
+    struct middle_holder *h = judge ? calloc((size_t)l->nclients, sizeof *h) : NULL;
+    for (struct mclient *mc = l->clients; mc; mc = mc->lnext) {
+        if (!mc->accounted || mc->c->closing) /* holds nothing, or goes anyway */
+            continue;
+        size_t unread = client_unread(mc);
+        int noted = mc->mark_epoch == l->pause_epoch; /* at the last check of this pause */
+        if (h && n < l->nclients)
+            h[n++] = (struct middle_holder){
+                .who = mc, .held = mc->accounted,
+                .progressed = mc->drained_epoch == l->pause_epoch || !noted ||
+                              unread + ME_STALL_PROGRESS <= mc->stall_mark};
+        mc->stall_mark = unread;
+        mc->mark_epoch = l->pause_epoch + 1; /* the epoch link_stall_arm starts below */
     }
-    double paused = ev_now(loop) - l->paused_at;
+    int k = 0;
     if (n) {
-        size_t fair = pw->opt->me_link_buffer / (size_t)n;
-        int all = paused >= ME_STALL_ALL * (pw->opt->me_stall_grace_ms / 1000.0);
-        middle_stall_victims(h, n, fair, pw->opt->me_link_buffer / 2, all);
+        size_t fair = pw->opt->me_link_buffer / (size_t)l->nclients;
+        k = middle_stall_victims(h, n, fair, pw->opt->me_link_buffer / 2,
+                                 paused >= ME_STALL_ALL * grace);
     }
     char name[160];
     link_name(l, name, sizeof name);
+    if (judge && log_enabled(LOG_LVL_DEBUG)) {
+        int reading = 0;
+        for (int i = 0; i < n; i++)
+            reading += h[i].progressed;
+        log_debug("%s: paused %.1f s, %d clients hold %zu bytes, %d of them reading: "
+                  "closing %d", name, paused, n, l->undelivered, reading, k);
+    }
     for (int i = 0; i < n; i++) {
         struct mclient *mc = h[i].who;
         struct conn *c = mc->c;
@@ -1013,8 +1045,10 @@ static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
         client_drop(c, CR_SLOW); /* frees mc; the link resumes once under half */
     }
     free(h);
-    if (l->paused) /* its holders drain, are closing already, or no memory */
-        link_stall_arm(l);
+    if (l->paused) { /* its holders read, are closing already, or no memory */
+        l->stall_judge = 1;
+        link_stall_arm(l, judge ? grace : grace * 3 / 4);
+    }
 }
 
 static void link_read(struct me_link *l)
@@ -1061,7 +1095,8 @@ static void link_read(struct me_link *l)
         if (l->state == ML_READY && l->undelivered > pw->opt->me_link_buffer) {
             if (!l->paused) { /* clients that hold it past me-stall-grace will be closed */
                 l->paused_at = ev_now(loop_of(l->m));
-                link_stall_arm(l);
+                l->stall_judge = 0;
+                link_stall_arm(l, pw->opt->me_stall_grace_ms / 4000.0);
             }
             l->paused = 1; /* read again once its clients drained half of it */
             STAT_INC(&pw->stats.me_link_pauses);
