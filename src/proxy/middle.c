@@ -977,13 +977,15 @@ static void link_stall_arm(struct me_link *l, double s)
 }
 
 /* Bytes c's peer has yet to take: queued in the proxy and in the socket (unsent or unacked).
- * It only falls while the link is paused (nothing new arrives), and only as the peer reads. */
-static size_t client_unread(const struct mclient *mc)
+ * It only falls while the link is paused (nothing new arrives), and only as the peer reads.
+ * *empty: the socket holds none (the peer took all it was sent: not what stalls the link). */
+static size_t client_unread(const struct mclient *mc, int *empty)
 {
     int outq = 0;
     if (ioctl(mc->c->cli.fd, TIOCOUTQ, &outq) || outq < 0)
-        outq = 0;
-    return mc->accounted + (size_t)outq;
+        outq = -1;
+    *empty = outq == 0;
+    return mc->accounted + (size_t)(outq > 0 ? outq : 0);
 }
 
 /* The link is still paused: a quarter of me-stall-grace after the pause each holder's unread
@@ -1005,12 +1007,13 @@ static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
     for (struct mclient *mc = l->clients; mc; mc = mc->lnext) {
         if (!mc->accounted || mc->c->closing) /* holds nothing, or goes anyway */
             continue;
-        size_t unread = client_unread(mc);
+        int empty;
+        size_t unread = client_unread(mc, &empty);
         int noted = mc->mark_epoch == l->pause_epoch; /* at the last check of this pause */
         if (h && n < l->nclients)
             h[n++] = (struct middle_holder){
                 .who = mc, .held = mc->accounted,
-                .progressed = mc->drained_epoch == l->pause_epoch || !noted ||
+                .progressed = mc->drained_epoch == l->pause_epoch || !noted || empty ||
                               unread + ME_STALL_PROGRESS <= mc->stall_mark};
         mc->stall_mark = unread;
         mc->mark_epoch = l->pause_epoch + 1; /* the epoch link_stall_arm starts below */
