@@ -105,6 +105,7 @@ struct options {
     size_t me_request_buffer;  /* bytes of one client queued toward the ME: past it, not read */
     size_t me_link_buffer;     /* bytes read from a link not yet delivered: past it, not read */
     unsigned me_ping_ms;       /* a quiet link is pinged after this; quiet twice: dead */
+    unsigned me_stall_grace_ms; /* a link paused this long closes the clients holding it */
     unsigned write_batch_ms;
     int write_batch_mode; /* enum write_batch_mode */
     int buffers; /* 0 pooled, 1 per-connection */

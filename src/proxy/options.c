@@ -648,6 +648,15 @@ const struct config_option options_table[] = {
      .min = 65536, .max = 1LL << 32, .arg = "BYTES", .help = "Middle-proxy mode: most bytes "
      "read from one link and not yet written to its clients; past it the link is not read "
      "until they drain. Keep it about twice me-client-buffer."},
+    {.name = "me-stall-grace", .type = CFG_DURATION, .offset = OFF(me_stall_grace_ms),
+     .def = "2s", .min = 100, .max = 60000, .arg = "DURATION", .help = "Middle-proxy mode: "
+     "a link paused (me-link-buffer reached) this long closes the clients that hold it and "
+     "whose peers took nothing (under 8 KiB) in its last three quarters: each holding more "
+     "than its share of me-link-buffer, then the largest until the link is under half "
+     "(counted as stalled). Clients still reading are left to drain, checked again after "
+     "each grace; after 10 graces paused the largest holders go whether they read or not. "
+     "Clients that stop reading below me-client-buffer would otherwise freeze the link for "
+     "everyone on it."},
     {.name = "allow", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
      .parse = parse_allow, .reset = reset_allow,
      .help = "Serve only clients from this network (an address or CIDR, IPv4 or IPv6; "

@@ -30,7 +30,7 @@
     X(unknown_sni) X(wide_reads) X(ctr_parked) X(tls_hmacs) X(me_handshakes)                   \
     X(me_handshake_fails) X(me_connect_fails) X(me_link_drops) X(me_links_open)                \
     X(me_dead_closed) X(me_slow_closed) X(me_link_pauses) X(me_requests) X(me_answers)         \
-    X(me_acks) X(me_pings) X(me_unknown)
+    X(me_acks) X(me_pings) X(me_unknown) X(me_stalled_evicted)
 
 static void fill(struct proxy_stats *s)
 {
@@ -222,7 +222,7 @@ static void test_log_lines(void **state)
         [COUNTERS_LOG_ME] = " handshakes 1033 handshake_fails 1034 connect_fails 1035 "
                             "link_drops 1036 dead_closed 1038 slow_closed 1039 link_pauses "
                             "1040 requests 1041 answers 1042 acks 1043 pings 1044 unknown "
-                            "1045 links_open 1037",
+                            "1045 links_open 1037 stalled_evicted 1046",
     };
     char line[1024];
     for (int l = 0; l < COUNTERS_LOG_COUNT; l++)
