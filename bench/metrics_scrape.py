@@ -9,9 +9,10 @@ One worker, --users users (default 10,000), DC 2 an echoing fake_dc, metrics on 
 re-runs itself in a network namespace with only loopback (unshare -n as root, else -rn)
 unless already in one.
 Prints:
-  1. per scrape (GET /metrics, then GET /stats, --scrapes times each, one at a time): median
-     wall time, the proxy's CPU time per scrape (/proc/PID/stat over all of them), body size;
-     the proxy's RSS before and after (VmRSS) and its peak (VmHWM);
+  1. per scrape (GET /metrics, then GET /stats, --scrapes times each, one at a time, 1.2 s
+     apart so that each is rendered anew, then back to back): median wall time, the proxy's
+     CPU time per scrape (/proc/PID/stat over all of them), body size; the proxy's RSS before
+     and after (VmRSS) and its peak (VmHWM);
   2. a ping-pong client (32 bytes through the proxy to the echoing DC and back, --rounds round
      trips per side) in alternating phases without and with four scrapers at nice 19 looping
      on /metrics and /stats: p50, p99, max of each side and the p99 ratio. --burners adds a
@@ -42,7 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--users", type=int, default=10000)
-    ap.add_argument("--scrapes", type=int, default=20)
+    ap.add_argument("--scrapes", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4000)
     ap.add_argument("--phases", type=int, default=10)
     ap.add_argument("--burners", action="store_true")
@@ -93,8 +94,15 @@ def get(port, path):
 
 
 def cpu_seconds(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of every thread of pid (schedstat: nanoseconds, unlike stat's ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
 
 
 def mem_kb(pid, key):
@@ -140,16 +148,17 @@ def run(a, pid, port, mport, secret, Pinger, Scrapers, interleaved, pct):
     rss0 = mem_kb(pid, "VmRSS")
     print(f"users {a.users}, build {a.build_dir}")
     for path in ("/metrics", "/stats"):
-        walls, size = [], 0
-        c0 = cpu_seconds(pid)
-        for _ in range(a.scrapes):
-            t0 = time.perf_counter()
-            size = get(mport, path)
-            walls.append(time.perf_counter() - t0)
-            time.sleep(0.05)
-        cpu = (cpu_seconds(pid) - c0) / a.scrapes
-        print(f"scrape {path}: wall median {statistics.median(walls) * 1e3:.1f} ms, proxy CPU "
-              f"{cpu * 1e3:.1f} ms per scrape, {size} bytes")
+        for gap, how in ((1.2, "1.2 s apart"), (0, "back to back")):
+            walls, size = [], 0
+            c0 = cpu_seconds(pid)
+            for _ in range(a.scrapes):
+                time.sleep(gap)
+                t0 = time.perf_counter()
+                size = get(mport, path)
+                walls.append(time.perf_counter() - t0)
+            cpu = (cpu_seconds(pid) - c0) / a.scrapes
+            print(f"scrape {path} ({how}): wall median {statistics.median(walls) * 1e3:.1f} ms, "
+                  f"proxy CPU {cpu * 1e3:.2f} ms per scrape, {size} bytes")
     print(f"proxy RSS: before the scrapes {rss0 // 1024} MB, after {mem_kb(pid, 'VmRSS') // 1024}"
           f" MB, peak {mem_kb(pid, 'VmHWM') // 1024} MB")
     pinger = Pinger(f"127.0.0.1:{port}", secret)
@@ -161,7 +170,7 @@ def run(a, pid, port, mport, secret, Pinger, Scrapers, interleaved, pct):
         load = make()
         c0 = cpu_seconds(pid)
         try:
-            quiet, busy = interleaved(pinger, load, a.rounds, phases=a.phases, max_phase_s=20)
+            quiet, busy = interleaved(pinger, load, a.rounds, phases=a.phases, max_phase_s=3)
         finally:
             done = load.stop()
         full = sum(1 for st, n in done if st == "200")
@@ -173,6 +182,8 @@ def run(a, pid, port, mport, secret, Pinger, Scrapers, interleaved, pct):
                  if name == "scrapers" else ")"))
         print(f"p99 ratio with/without {name}: {pct(busy, 99) / pct(quiet, 99):.2f}")
     pinger.close()
+    print(f"proxy RSS after the scraping loops {mem_kb(pid, 'VmRSS') // 1024} MB, peak "
+          f"{mem_kb(pid, 'VmHWM') // 1024} MB")
 
 
 if __name__ == "__main__":

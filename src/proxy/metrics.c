@@ -1153,6 +1153,7 @@ int metrics_server_start(struct metrics_server *s)
         return ENOMEM;
     ev_io_start(s->loop, &s->lio);
     ev_async_start(s->loop, &s->wake);
+    ev_async_send(s->loop, &s->wake); /* a generation posted before the start */
     int rc = pthread_create(&s->thread, NULL, metrics_thread, s);
     if (rc)
         return rc;
