@@ -4,10 +4,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
