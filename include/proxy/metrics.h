@@ -23,6 +23,10 @@
 #define METRICS_LINGER_TIMEOUT 2.0 /* after the answer, reading what the client still sends */
 #define METRICS_LINGER_MAX (64u << 10)
 #define METRICS_BODY_MAX (256u << 20) /* a larger page is refused (503) */
+/* Bytes of body per send call: a kernel that does not preempt system calls (PREEMPT_NONE)
+ * gives the CPU to a waking relay thread only between them, and one call can copy megabytes
+ * into a loopback socket. */
+#define METRICS_SEND_CHUNK (128u << 10)
 /* A rendered /metrics or /stats body is reused for METRICS_CACHE_FACTOR times the CPU time it
  * took to render, at most METRICS_CACHE_MAX seconds: rendering takes at most 1/FACTOR of a
  * CPU whatever the number of scrapers, and a small page stays fresh. */

@@ -755,8 +755,9 @@ static void mconn_watch(struct metrics_conn *m, int events, double timeout)
     mconn_deadline(m, timeout);
 }
 
-/* Writes what is left of the response: the head, then the shared body from m->off on; every
- * send that moves bytes restarts the METRICS_WRITE_IDLE deadline. Once all is written: FIN,
+/* Writes what is left of the response: the head, then the shared body from m->off on, at
+ * most METRICS_SEND_CHUNK bytes a call; every send that moves bytes restarts the
+ * METRICS_WRITE_IDLE deadline. Once all is written: FIN,
  * then a lingering close (bytes the client pipelined are read and dropped for a moment, so
  * that closing with them unread does not reset the connection before the client read the
  * answer). */
@@ -771,7 +772,9 @@ static void mconn_write(struct metrics_conn *m)
             iov[n++] = (struct iovec){m->head + m->off, m->head_len - m->off};
         size_t bo = m->off > m->head_len ? m->off - m->head_len : 0;
         if (bo < blen)
-            iov[n++] = (struct iovec){(char *)m->body->p + bo, blen - bo};
+            iov[n++] = (struct iovec){(char *)m->body->p + bo,
+                                      blen - bo < METRICS_SEND_CHUNK ? blen - bo
+                                                                     : METRICS_SEND_CHUNK};
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t r = sendmsg(m->fd, &mh, MSG_NOSIGNAL);
         enum io_step st = io_step(r);

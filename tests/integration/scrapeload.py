@@ -136,12 +136,14 @@ def pct(samples, q):
     return s[min(len(s) - 1, max(0, int(round(q / 100.0 * len(s) + 0.5)) - 1))]
 
 
-def interleaved(pinger, scrapers, rounds, phases=4, max_phase_s=5.0, warmup_s=0.3):
+def interleaved(pinger, scrapers, rounds, phases=4, max_phase_s=5.0, warmup_s=0.3, settle_s=1.0):
     """Round trips alternately without and with the scrapers running (phases of each, rounds
-    in all per side), so that the machine's other load hits both sides alike. Returns
+    in all per side), so that the machine's other load hits both sides alike. The scrapers
+    first run settle_s alone (their interpreters start, the first pages are rendered). Returns
     (quiet, busy) lists of seconds."""
     quiet, busy = [], []
     per = max(1, rounds // phases)
+    time.sleep(settle_s)
     for _ in range(phases):
         scrapers.pause()
         time.sleep(0.05)

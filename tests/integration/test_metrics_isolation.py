@@ -1,6 +1,7 @@
 """test_metrics_isolation.py: the metrics server cannot slow the relay, leak links to another
 site's page (DNS rebinding), be left open off loopback, or be held by one source (issue 24)."""
 import json
+import re
 import socket
 import subprocess
 import time
@@ -69,7 +70,7 @@ def test_scrapers_do_not_stall_the_relay(procs, tmp_path):
     assert st == 200 and len(json.loads(body)["users"]) == USERS
     pinger = Pinger(proxy.addr, secret, timeout=T(10))
     pinger.run(300, T(5))  # warm up
-    tries = []
+    tries, t0 = [], time.monotonic()
     for _ in range(3):
         scrapers = Scrapers(4, mport)
         try:
@@ -88,6 +89,14 @@ def test_scrapers_do_not_stall_the_relay(procs, tmp_path):
         if (b99 <= bound and len(busy) >= 2900) or b99 > 20 * bound:
             break
     pinger.close()
+    # Rendering is bounded per second, not per scrape: a few renders a second at most.
+    elapsed = time.monotonic() - t0
+    text = http(mport, "/metrics", timeout=30)[1].decode()
+    renders = int(re.search(r"^mtproxy_http_renders_total (\d+)$", text, re.M).group(1))
+    answered = int(re.search(r'^mtproxy_http_requests_total\{outcome="answered"\} (\d+)$',
+                             text, re.M).group(1))
+    print(f"{answered} requests answered, {renders} bodies rendered in {elapsed:.1f} s")
+    assert renders <= 4 * elapsed + 4 and answered >= 4 * renders, (renders, answered)
     q99, b99, bound = tries[-1]
     assert b99 <= bound, tries
     assert len(busy) >= 2900, len(busy)  # not cut short by max_phase_s
