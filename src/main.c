@@ -533,7 +533,7 @@ struct app {
     struct worker *ws;
     struct proxy_worker *pws;
     struct metrics_shared mshared;
-    struct metrics_worker *mws;
+    struct metrics_server *msrv;
     /* detach and run */
     char pidfile[OPT_PATH_MAX];
     struct state_saver saver;
@@ -723,25 +723,20 @@ static int app_preflight(struct app *a)
     return APP_ON;
 }
 
-/* The metrics server: one SO_REUSEPORT listener per worker, served in its loop. */
+/* The metrics server: one listener, served by a thread of its own (started with the workers). */
 static int app_metrics(struct app *a)
 {
     const struct options *opt = &a->g->opt;
     char err[512];
     metrics_shared_init(&a->mshared, opt, a->pws, a->ws, a->nworkers, a->replay);
-    if (!(a->mws = calloc((size_t)a->nworkers, sizeof *a->mws)))
+    int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
+    if (fd < 0) {
+        log_error("metrics: %s", err);
         return 1;
-    a->mshared.mws = a->mws;
-    for (int i = 0; i < a->nworkers; i++) {
-        int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
-        if (fd < 0) {
-            log_error("metrics: %s", err);
-            return 1;
-        }
-        if (metrics_worker_start(&a->mws[i], &a->mshared, &a->ws[i], fd)) {
-            log_error("metrics: out of memory");
-            return 1;
-        }
+    }
+    if (!(a->msrv = metrics_server_new(&a->mshared, a->g, fd))) {
+        log_error("metrics: out of memory");
+        return 1;
     }
     char s[SOCK_ADDR_STRLEN];
     sock_addr_format(&opt->metrics_addr, s, sizeof s);
@@ -868,6 +863,11 @@ static int app_start(struct app *a)
         }
         a->nstarted++;
     }
+    int mrc = a->msrv ? metrics_server_start(a->msrv) : 0;
+    if (mrc) {
+        log_error("cannot start the metrics server: %s", strerror(mrc));
+        return 1;
+    }
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
     /* Listening and serving: a Type=notify unit's start (and what is ordered after it) ends here. */
@@ -913,6 +913,8 @@ static void app_reload(struct app *a)
     reload_commit(&a->rl, g);
     for (int i = 0; i < a->nworkers; i++)
         proxy_worker_post_gen(&a->pws[i], g);
+    if (a->msrv)
+        metrics_server_post_gen(a->msrv, g);
     log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
              "closed), %d dc line%s; live connections keep their settings",
              (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
@@ -958,13 +960,12 @@ static int app_run(struct app *a)
 static void app_stop(struct app *a)
 {
     if (a->ran) {
+        metrics_server_stop(a->msrv); /* it reads the workers' counters */
         for (int i = 0; i < a->nworkers; i++)
             worker_request_stop(&a->ws[i]);
         for (int i = 0; i < a->nworkers; i++) {
             worker_join(&a->ws[i]);
             proxy_worker_destroy(&a->pws[i]);
-            if (a->mws)
-                metrics_worker_destroy(&a->mws[i]);
         }
         log_stats(a->pws, a->ws, a->nworkers);
         state_save(&a->saver, a->g, 1);
@@ -973,7 +974,7 @@ static void app_stop(struct app *a)
         log_info("stopped");
     }
     if (a->ran || !a->nstarted) { /* no thread still uses them */
-        free(a->mws);
+        metrics_server_free(a->msrv);
         free(a->ws);
         free(a->pws);
         replay_free(a->replay);

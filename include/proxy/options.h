@@ -144,6 +144,7 @@ struct options {
     int metrics_on;
     struct sock_addr metrics_addr;
     char metrics_token[256];
+    int metrics_public;       /* metrics-public: a non-loopback address without a token is meant */
 
     /* Access list (checked at accept, before any byte is read): deny wins; with any allow
      * entry only allowed sources are served. Files are read at start (and on reload). */

@@ -711,13 +711,22 @@ const struct config_option options_table[] = {
      .parse = parse_metrics,
      .help = "Serve Prometheus metrics (/metrics), the same as JSON (/stats) and a status "
              "page (/) with every user's links and QR codes, bytes and connections, on this "
-             "address: a small HTTP/1.1 server on each worker's loop. Put it on 127.0.0.1 and "
+             "address: a small HTTP/1.1 server on a low-priority thread of its own, each page "
+             "rendered at most about once a second however many ask. Put it on 127.0.0.1 and "
              "reach it through an SSH tunnel (ssh -L 9100:127.0.0.1:9100 HOST); without "
-             "metrics-token the page shows links only when this address is loopback."},
+             "metrics-token the page shows links only when this address is loopback, and then "
+             "only to requests whose Host is localhost, 127.0.0.0/8 or [::1] (others get 421: "
+             "a web page cannot read them through DNS rebinding). Another address needs "
+             "metrics-token or metrics-public = on."},
     {.name = "metrics-token", .type = CFG_STRING, .offset = OFF(metrics_token), .str_size = 256,
      .arg = "STRING", .help = "With this set, every metrics request must carry it "
      "(Authorization: Bearer STRING, or ?token=STRING in the URL; the status page passes it "
      "on), and the page shows the links on any address. Treat it like a secret."},
+    {.name = "metrics-public", .type = CFG_BOOL, .offset = OFF(metrics_public), .def = "off",
+     .arg = "on|off", .help = "Allow a metrics address that is not loopback without "
+     "metrics-token (refused at start otherwise): anyone who reaches it can read every user's "
+     "name and traffic and make the proxy render pages. Say on only behind a firewall that "
+     "lets just your monitoring in."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
@@ -925,6 +934,11 @@ int options_validate(struct config_parser *p, struct options *o)
             "(proxy-protocol-from = CIDR) or write proxy-protocol-from = any", a);
         break;
     }
+    if (o->metrics_on && !o->metrics_token[0] && !o->metrics_public &&
+        !sock_addr_is_loopback(&o->metrics_addr))
+        ERR("metrics is not a loopback address and metrics-token is not set: anyone who can "
+            "reach it could read every user's name and traffic and load the process; set "
+            "metrics-token, or metrics-public = on if that is meant");
     if (o->only_ipv4 && o->prefer_ipv6)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)

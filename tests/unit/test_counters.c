@@ -278,6 +278,24 @@ static void test_sum(void **state)
     free(b);
 }
 
+/* The metrics server's Host check (DNS rebinding): loopback names and addresses, any port. */
+static void test_host_is_loopback(void **state)
+{
+    static const char *const yes[] = {"localhost", "LocalHost:19090", "127.0.0.1",
+                                      "127.1.2.3:80", "[::1]", "[::1]:9100",
+                                      "[0:0:0:0:0:0:0:1]:1"};
+    static const char *const no[] = {"", "evil.example", "evil.example:19090",
+                                     "localhost.evil.example", "128.0.0.1", "127.0.0.1.nip.io",
+                                     "[::2]", "[::1", "::1", "localhost:", "localhost:x",
+                                     "localhost:123456", "127.0.0.1:80:80", "[::1]x",
+                                     "0x7f.0.0.1", "127.1"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        assert_true(metrics_host_is_loopback(yes[i]));
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (metrics_host_is_loopback(no[i]))
+            fail_msg("%s taken for loopback", no[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +304,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_log_lines, setup, teardown),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_host_is_loopback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
