@@ -107,8 +107,9 @@ static void gen_users_apply(struct proxy_worker *pw, const struct gen *g)
         }
     }
     if (started)
-        log_info("w%d: %u connections of removed users go on (removed-user = drain), closed in "
-                 "%.0f s at the latest", pw->w->id, started, g->opt.drain_timeout_ms / 1000.0);
+        log_info("w%d: live connections of removed users go on (removed-user = drain): %u, "
+                 "closed in %.0f s at the latest", pw->w->id, started,
+                 g->opt.drain_timeout_ms / 1000.0);
     drain_schedule(pw, next);
 }
 
