@@ -916,9 +916,10 @@ static void app_reload(struct app *a)
     if (a->msrv)
         metrics_server_post_gen(a->msrv, g);
     log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
-             "closed), %d dc line%s; live connections keep their settings",
+             "%s), %d dc line%s; live connections keep their settings",
              (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
-             removed, g->opt.ndcs, g->opt.ndcs == 1 ? "" : "s");
+             removed, g->opt.removed_user == REMOVED_DRAIN ? "drained" : "closed", g->opt.ndcs,
+             g->opt.ndcs == 1 ? "" : "s");
     log_acl(&g->acl);
     gen_unref(cur);
     a->g = g;

@@ -69,6 +69,7 @@ enum conn_reason {
     CR_HANDSHAKE_CAP,     /* max-handshakes: the oldest unfinished handshake made room */
     CR_ACCEPT_RATE,       /* accept-rate: too many new connections from the source */
     CR_UNKNOWN_SNI,       /* unknown-sni drop/reject: a hello naming none of our domains */
+    CR_DRAINED,           /* removed-user = drain: its user was removed drain-timeout ago */
     CR_COUNT
 };
 
@@ -179,6 +180,8 @@ struct conn {
                                 * it is on the worker's close queue (through wait_next) */
     int8_t close_reason;       /* marked: the reason it closes with (enum conn_reason) */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
+    ev_tstamp drain_at;        /* its user was removed (removed-user = drain): closed then;
+                                * 0 = not draining */
     ev_tstamp rs_start, rs_last; /* record-sizing: this small phase began / last record */
     uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
     uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */

@@ -41,6 +41,9 @@ enum opt_unknown_sni { SNI_MASK = 0, SNI_DROP = 1, SNI_REJECT = 2 };
 /* rst-on-close: which client connections end with a reset. */
 enum opt_rst { RST_OFF = 0, RST_PROBES = 1, RST_ALWAYS = 2 };
 
+/* removed-user: what a reload that removes a user does to its live connections. */
+enum opt_removed_user { REMOVED_CLOSE = 0, REMOVED_DRAIN = 1 };
+
 /* Everything the proxy is configured with. Immutable once workers start; a reload builds a
  * new one and swaps the pointer (later issue). */
 /* How a write-batch window holds writes (see write-batch-mode). */
@@ -60,6 +63,8 @@ struct options {
     struct user_limit *limits; /* `limit` lines (heap), by user name */
     int nlimits, limits_cap;
     unsigned ips_window_ms;
+    int removed_user;           /* enum opt_removed_user */
+    unsigned drain_timeout_ms;  /* removed-user = drain: live connections closed after it */
     unsigned accept_rate;   /* new connections per second per source address (0 = off) */
     int max_handshakes;     /* connections not past their handshake, whole process (0 = off) */
     int log_connections;    /* one info line per closed client connection */

@@ -434,6 +434,7 @@ static const char *const batch_modes[] = {"buffer", "cork", "msg-more", NULL};
 static const char *const fail_modes[] = {"open", "closed", NULL};
 static const char *const sni_policies[] = {"mask", "drop", "reject", NULL};
 static const char *const rst_modes[] = {"off", "probes", "always", NULL};
+static const char *const removed_modes[] = {"close", "drain", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -474,6 +475,16 @@ const struct config_option options_table[] = {
     {.name = "ips-window", .type = CFG_DURATION, .offset = OFF(ips_window_ms), .def = "1h",
      .min = 1000, .arg = "DURATION", .help = "How long a client address counts against a "
      "user's ips limit after its last connection ended."},
+    {.name = "removed-user", .type = CFG_ENUM, .offset = OFF(removed_user), .def = "close",
+     .names = removed_modes, .arg = "close|drain", .help = "What a reload that removes a user "
+     "(its secret line gone) does to the user's live connections: close = closed at once; "
+     "drain = they go on until they end, at most drain-timeout, then are closed (reason "
+     "drained). Either way the user's new connections are refused at once (treated like a "
+     "bad client), and a user added back before its connections were closed keeps them."},
+    {.name = "drain-timeout", .type = CFG_DURATION, .offset = OFF(drain_timeout_ms),
+     .def = "10m", .min = 1000, .arg = "DURATION", .help = "removed-user = drain: how long a "
+     "removed user's live connections may go on after the reload that removed it (a later "
+     "reload does not extend it)."},
     {.name = "dc", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "'ID ADDRESS:PORT'",
      .parse = parse_dc, .reset = reset_dc,
      .help = "An address of Telegram data centre ID (negative = media, 203 = CDN, any id may "

@@ -354,3 +354,16 @@ uint32_t reload_removed_users(const struct gen *old, const struct gen *g)
         n += old->live[id] && (id >= g->nusers || !g->live[id]);
     return n;
 }
+
+enum gen_fate gen_user_fate(const struct gen *g, int32_t uid, double now, double *drain_at)
+{
+    if (uid < 0 || ((uint32_t)uid < g->nusers && g->live[uid])) {
+        *drain_at = 0;
+        return GEN_KEEP;
+    }
+    if (g->opt.removed_user != REMOVED_DRAIN)
+        return GEN_CLOSE;
+    if (*drain_at == 0)
+        *drain_at = now + g->opt.drain_timeout_ms / 1000.0;
+    return GEN_DRAIN;
+}
