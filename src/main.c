@@ -2,6 +2,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pwd.h>
@@ -975,6 +978,16 @@ static void app_stop(struct app *a)
 
 int main(int argc, char **argv)
 {
+#ifdef __GLIBC__
+    /* Tables of 64 KiB and more (the config generation, the users registry) come straight
+     * from the kernel, zeroed as their pages are first written: glibc's calloc from the heap
+     * clears, and so keeps resident, every byte at start. */
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+#endif
+    if (crypto_init()) {
+        fprintf(stderr, "mtproxy: cannot initialise OpenSSL\n");
+        return 1;
+    }
     if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
         return generate_secret(argc - 2, argv + 2);
     struct app *a = calloc(1, sizeof *a);

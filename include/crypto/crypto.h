@@ -22,6 +22,11 @@ struct crypto_ctr {
     int keyed;                    /* 0 until crypto_ctr_init succeeds, and again after a failure */
 };
 
+/* Initialises OpenSSL with only what the proxy uses: no config file, no error strings, no
+ * name tables of every algorithm. Call once at start, before any other crypto_ call (later
+ * calls are harmless). Returns 0, or -1 if OpenSSL cannot be initialised. */
+int crypto_init(void);
+
 /* Allocates an un-keyed stream (no context yet). Returns NULL on allocation failure. */
 struct crypto_ctr *crypto_ctr_new(void);
 
