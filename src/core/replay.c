@@ -145,6 +145,11 @@ struct replay *replay_new(const struct replay_config *cfg) {
         replay_free(r);
         return NULL;
     }
+#ifdef MADV_NOHUGEPAGE
+    /* Index slots are hit at random: with transparent huge pages set to "always", the first
+     * few hellos would make 2 MiB pages resident. */
+    madvise(r->block, r->block_len, MADV_NOHUGEPAGE);
+#endif
     for (unsigned i = 0; i < r->nshards; i++) {
         struct replay_shard *s = &r->shards[i];
         s->cap = cap;
