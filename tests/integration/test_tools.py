@@ -250,3 +250,22 @@ def test_port_or_lock_held_exits_tempfail(procs, dc, bins, tmp_path):
     p = subprocess.run(mtproxy_argv(bins, *common, "--listen", f"127.0.0.1:{proxy.port}",
                                     "--workers", "nope"), capture_output=True, timeout=T(30))
     assert p.returncode == 2, p.stderr.decode()
+
+
+def _vm_rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def test_replay_cache_costs_nothing_until_used(procs, dc):
+    """The replay cache's memory becomes resident as hellos fill it, not at start: a cache of
+    12 MiB starts with about the RSS of a 1 MiB one (its shards, each under glibc's
+    mmap threshold, were cleared from the heap at start: 10 MiB more)."""
+    rss = {}
+    for size in ("1M", "12M"):
+        proxy = procs.proxy([("a", new_secret())], [(2, dc.addr(7))],
+                            extra=["--replay-cache", size], name=f"replay{size}")
+        time.sleep(0.5)
+        rss[size] = _vm_rss_kb(proxy.pid)
+        proxy.stop()
+    assert rss["12M"] - rss["1M"] < 4 * 1024, rss
