@@ -95,13 +95,34 @@ static void drbg_allow(void) {
         atomic_store_explicit(&drbg_on, 1, memory_order_relaxed);
 }
 
+/* AES-256-CTR fetched from the provider once for the process (OpenSSL 3: a legacy
+ * EVP_aes_256_ctr() makes every EVP_EncryptInit_ex that names it fetch again), on the first
+ * context, not at start. Kept for the life of the process. */
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+static pthread_once_t ctr_once = PTHREAD_ONCE_INIT;
+static EVP_CIPHER *ctr_fetched;
+
+static void ctr_fetch(void) {
+    ctr_fetched = EVP_CIPHER_fetch(NULL, "AES-256-CTR", NULL);
+}
+#endif
+
+static const EVP_CIPHER *ctr_cipher(void) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    pthread_once(&ctr_once, ctr_fetch);
+    if (ctr_fetched)
+        return ctr_fetched;
+#endif
+    return EVP_aes_256_ctr();
+}
+
 /* Allocates a context with AES-256-CTR selected but no key yet. Returns NULL on failure.
  * Later re-keying passes a NULL cipher, which keeps the selection and resets the counter. */
 static EVP_CIPHER_CTX *ctr_ctx_new(void) {
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     if (!ctx)
         return NULL;
-    if (EVP_EncryptInit_ex(ctx, EVP_aes_256_ctr(), NULL, NULL, NULL) != 1) {
+    if (EVP_EncryptInit_ex(ctx, ctr_cipher(), NULL, NULL, NULL) != 1) {
         EVP_CIPHER_CTX_free(ctx);
         return NULL;
     }
