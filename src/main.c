@@ -2,9 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pwd.h>
@@ -978,12 +975,6 @@ static void app_stop(struct app *a)
 
 int main(int argc, char **argv)
 {
-#ifdef __GLIBC__
-    /* Tables of 64 KiB and more (the config generation, the users registry) come straight
-     * from the kernel, zeroed as their pages are first written: glibc's calloc from the heap
-     * clears, and so keeps resident, every byte at start. */
-    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
-#endif
     if (crypto_init()) {
         fprintf(stderr, "mtproxy: cannot initialise OpenSSL\n");
         return 1;
