@@ -385,8 +385,8 @@ static void check_listen(const struct options *o, int check_only, struct config_
 }
 
 /* Everything that start-up would fail on after the config parsed: checked before anything
- * is written (and by --check-config). */
-/* busy counts the errors that are a port or the lock held by another process. */
+ * is written (and by --check-config). busy counts the errors that are a port or the lock held
+ * by another process. */
 static void startup_checks(const struct options *o, const struct run_user *u, int check_only,
                            struct config_errors *e, int *busy)
 {
