@@ -43,6 +43,9 @@
 #include "proxy/users.h"
 
 #define EXIT_CONFIG 2
+/* A listen port or the state file's lock is held by another process (an old instance still
+ * closing, another server): worth a retry (sysexits.h's EX_TEMPFAIL). */
+#define EXIT_BUSY 75
 
 /* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
 static size_t help_width(FILE *f)
@@ -79,6 +82,9 @@ static void usage(FILE *f)
             "  mtproxy --help | --version\n\n"
             "Every config file key can be given as --KEY VALUE (the command line wins; a\n"
             "repeatable key given on the command line replaces the file's values).\n\n"
+            "Exit codes: 0 done; 1 a failure at run time (doctor: a check failed); 2 a\n"
+            "configuration error; 75 a listen port or the state file's lock is held by\n"
+            "another process (retry later).\n\n"
             "Keys:\n%s",
             MTPROXY_VERSION, help);
 }
@@ -349,7 +355,8 @@ static void check_file_dir(const char *key, const char *path, const struct run_u
 /* Binds each listen address once without SO_REUSEPORT (which would let a second mtproxy share
  * the port and split the clients between two sets of secrets): in use, not an address of
  * this machine, or a privileged port are found before anything is written. */
-static void check_listen(const struct options *o, int check_only, struct config_errors *e)
+static void check_listen(const struct options *o, int check_only, struct config_errors *e,
+                         int *busy)
 {
     for (int i = 0; i < o->nlisten; i++) {
         char a[SOCK_ADDR_STRLEN];
@@ -373,7 +380,7 @@ static void check_listen(const struct options *o, int check_only, struct config_
         if (err == EADDRINUSE && check_only)
             fprintf(stderr, "mtproxy: warning: listen %s is in use now: start-up fails unless "
                             "that is this proxy, running\n", a);
-        else if (err == EADDRINUSE)
+        else if (err == EADDRINUSE && ++*busy)
             CHECK_ERR(e, "listen %s: the address is in use (another mtproxy or another server "
                          "listens there)", a);
         else if (err == EADDRNOTAVAIL)
@@ -388,9 +395,10 @@ static void check_listen(const struct options *o, int check_only, struct config_
 }
 
 /* Everything that start-up would fail on after the config parsed: checked before anything
- * is written (and by --check-config). */
+ * is written (and by --check-config). busy counts the errors that are a port or the lock held
+ * by another process. */
 static void startup_checks(const struct options *o, const struct run_user *u, int check_only,
-                           struct config_errors *e)
+                           struct config_errors *e, int *busy)
 {
     const struct run_user *pw = NULL;
     if (o->user[0]) {
@@ -412,7 +420,7 @@ static void startup_checks(const struct options *o, const struct run_user *u, in
         check_file_dir("log", o->log, NULL, "this user", e);
     if (o->pidfile[0])
         check_file_dir("pidfile", o->pidfile, NULL, "this user", e);
-    check_listen(o, check_only, e);
+    check_listen(o, check_only, e, busy);
     char path[OPT_PATH_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", o->state_file);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -422,7 +430,7 @@ static void startup_checks(const struct options *o, const struct run_user *u, in
                 fprintf(stderr, "mtproxy: warning: state file %s is in use by a running "
                                 "mtproxy: start-up fails unless that is this proxy\n",
                         o->state_file);
-            else
+            else if (++*busy)
                 CHECK_ERR(e, "another mtproxy is running with state file %.200s: give each "
                              "instance its own state-file", o->state_file);
         }
@@ -489,7 +497,8 @@ static void state_save(struct state_saver *sv, const struct gen *g, int final)
 }
 
 /* Holds an exclusive lock on STATE-FILE.lock for the life of the process: a second mtproxy
- * on the same state file is refused. Returns the descriptor, or -1 with err. */
+ * on the same state file is refused. Returns the descriptor, or -1 with err (-2: the lock is
+ * held by another process). */
 static int state_lock(const char *state_file, char *err, size_t errlen)
 {
     char path[OPT_PATH_MAX + 8];
@@ -503,11 +512,20 @@ static int state_lock(const char *state_file, char *err, size_t errlen)
         snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is locked): "
                               "give each instance its own state-file", state_file, path);
         close(fd);
-        return -1;
+        return -2;
     }
     return fd;
 }
 
+/* The lock file names the process that holds it (`mtproxy doctor` tells this proxy's ports
+ * from another program's by it): written once the pid is final (after daemonize). */
+static void state_lock_note_pid(int fd)
+{
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        log_warn("cannot write the pid into the state file's lock file: %s", strerror(errno));
+}
 
 /* What the process holds from start to exit (main's phases share it). */
 struct app {
@@ -603,12 +621,23 @@ static int app_configure(struct app *a)
     a->g = reload_build(&a->rl, NULL, &a->errs);
     a->rl.start = NULL;
     struct gen *g = a->g;
+    if (g && a->rl.tool && !g->opt.nsecrets) {
+        /* No secret configured: the one the proxy generated and keeps in state-file (read
+         * only; if there is none yet, none is made here). */
+        char e[CONFIG_ERR_LEN];
+        if (options_load_state(&g->opt, g->opt.state_file, e, sizeof e) < 0)
+            CHECK_ERR(&a->errs, "%s", e);
+    }
     if (a->doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
         return tools_doctor(g ? &g->opt : NULL, g ? g->me : NULL, &a->errs, a->offline, stdout)
                    ? 1 : 0;
     if (a->rotate_name)
         return g ? prefix_rotate_cmd(&g->opt, a->rotate_name, stdout) : EXIT_CONFIG;
     if (a->links_cmd && g) {
+        if (a->errs.count) {
+            print_errors(&a->errs);
+            return EXIT_CONFIG;
+        }
         if (!g->opt.nsecrets) {
             fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
                             "the proxy once, or add secret lines\n", g->opt.state_file);
@@ -623,13 +652,14 @@ static int app_configure(struct app *a)
 static int app_check(struct app *a)
 {
     struct gen *g = a->g;
+    int busy = 0;
     if (g) {
         run_user_lookup(&a->user, g->opt.user);
-        startup_checks(&g->opt, &a->user, a->check_only, &a->errs);
+        startup_checks(&g->opt, &a->user, a->check_only, &a->errs, &busy);
     }
     if (a->errs.count) {
         print_errors(&a->errs);
-        return EXIT_CONFIG;
+        return a->errs.count == busy ? EXIT_BUSY : EXIT_CONFIG;
     }
     if (!a->check_only)
         return APP_ON;
@@ -692,7 +722,7 @@ static int app_preflight(struct app *a)
     /* One mtproxy per state file: the lock is held for the life of the process. */
     if ((a->lock_fd = state_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
-        return EXIT_CONFIG;
+        return a->lock_fd == -2 ? EXIT_BUSY : EXIT_CONFIG;
     }
     if (a->start.secret_drawn) {
         if (options_save_state(&o->secrets[0], o->state_file, err, sizeof err)) {
@@ -765,8 +795,9 @@ static int app_worker(struct app *a, int i)
         int fd = sock_listen(&opt->listen[l], opt->backlog, 1, &a->pws[i].sockopts, err,
                              sizeof err);
         if (fd < 0) {
+            int e = errno;
             log_error("%s", err);
-            return 1;
+            return e == EADDRINUSE ? EXIT_BUSY : 1;
         }
         int mss = opt->client_mss;
         if (mss && setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss) != 0) {
@@ -868,6 +899,7 @@ static int app_start(struct app *a)
         log_error("cannot start the metrics server: %s", strerror(mrc));
         return 1;
     }
+    state_lock_note_pid(a->lock_fd);
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
     /* Listening and serving: a Type=notify unit's start (and what is ordered after it) ends here. */
@@ -992,6 +1024,10 @@ static void app_stop(struct app *a)
 
 int main(int argc, char **argv)
 {
+    if (crypto_init()) {
+        fprintf(stderr, "mtproxy: cannot initialise OpenSSL\n");
+        return 1;
+    }
     if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
         return generate_secret(argc - 2, argv + 2);
     struct app *a = calloc(1, sizeof *a);
