@@ -243,12 +243,16 @@ def test_slow_client_does_not_slow_the_others(procs):
         runs.append(1)
         return b, run(True)
 
+    # Under qemu-user the two runs' rates wander by a third on their own (7.4 vs 5.2 MiB/s,
+    # then 0.9x, in one cross run on a loaded machine): a looser bound there still catches a
+    # link that a stalled client freezes (a few % of the rate, or nothing).
+    bound = 0.6 if EMULATOR else 0.8
     base, slow = pair()
-    if slow["mibps"] < 0.8 * base["mibps"]:  # a loaded machine: measure both once more
+    if slow["mibps"] < bound * base["mibps"]:  # a loaded machine: measure both once more
         base, slow = pair()
     print(f"199 readers: {base['mibps']:.1f} MiB/s alone, {slow['mibps']:.1f} MiB/s beside a "
           f"client that stopped reading")
-    assert slow["mibps"] >= 0.8 * base["mibps"], (base, slow)
+    assert slow["mibps"] >= bound * base["mibps"], (base, slow)
     st = mid.stats()
     assert st["me_slow_closed"] == len(runs) and st["closed_slow-client"] == len(runs), st
     assert st["me_link_drops"] == 0, st
