@@ -456,6 +456,7 @@ static void state_save(struct state_saver *sv, const struct gen *g, int final)
     const struct options *o = &g->opt;
     char *q = NULL;
     size_t qcap = 0;
+    users_quota_roll(sv->users, o->limits, o->nlimits, (int64_t)time(NULL)); /* /month ... */
     if (users_state_format(sv->users, &q, &qcap) < 0) {
         free(q);
         return;

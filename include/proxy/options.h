@@ -60,6 +60,7 @@ struct options {
     struct user_limit *limits; /* `limit` lines (heap), by user name */
     int nlimits, limits_cap;
     unsigned ips_window_ms;
+    int quota_reset_day;    /* day of the month (1-28) quota=SIZE/month starts over */
     unsigned accept_rate;   /* new connections per second per source address (0 = off) */
     int max_handshakes;     /* connections not past their handshake, whole process (0 = off) */
     int log_connections;    /* one info line per closed client connection */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proxy/middle.h"
 
@@ -146,6 +147,8 @@ static void build_start(struct reload *r, struct gen *g, struct config_errors *e
     }
     if (users_state_load(r->users, o->state_file, e, sizeof e))
         add_error(errs, e);
+    else /* a periodic quota whose period ended while stopped starts over */
+        users_quota_roll(r->users, o->limits, o->nlimits, (int64_t)time(NULL));
 }
 
 struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs)
