@@ -520,11 +520,9 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
         sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
         const char *period;
         int64_t reset = user_quota_reset(g, i, &period);
-        if (reset) /* a periodic quota: its period and the next reset (unix s) */
+        if (reset) /* a periodic quota only: its period and the next reset (unix s) */
             sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
                         (long long)reset);
-        else
-            sbuf_printf(out, ",\"quota_period\":null,\"quota_reset\":null");
         char tg[1024], https[1024];
         if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
