@@ -147,8 +147,6 @@ static void build_start(struct reload *r, struct gen *g, struct config_errors *e
     }
     if (users_state_load(r->users, o->state_file, e, sizeof e))
         add_error(errs, e);
-    else /* a periodic quota whose period ended while stopped starts over */
-        users_quota_roll(r->users, o->limits, o->nlimits, (int64_t)time(NULL));
 }
 
 struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs)
@@ -216,6 +214,10 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
         return NULL;
     }
     users_mark_drop(&mark);
+    /* Every periodic quota knows its period before a worker counts a byte of it (a usage
+     * whose period ended while the proxy was stopped starts over here). */
+    if (g->users)
+        users_quota_roll(g->users, g->opt.limits, g->opt.nlimits, (int64_t)time(NULL));
     return g;
 }
 

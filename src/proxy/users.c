@@ -666,10 +666,12 @@ int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64
         if (!was || !start || was > start)
             continue;
         uint64_t used = shared64_load(&s->used);
+        if (!used)
+            continue; /* nothing to start over (and no line for each idle user) */
         shared64_store(&s->used, 0);
         reset++;
-        log_info("user %s: quota period began (%s), %llu bytes used before; next reset at "
-                 "%lld (unix, UTC)", l->name, users_period_name(l->quota_period),
+        log_info("quota of user %s starts over (%s): %llu bytes used in the period before; "
+                 "next reset at %lld (unix, UTC)", l->name, users_period_name(l->quota_period),
                  (unsigned long long)used, (long long)next);
     }
     return reset;
