@@ -11,7 +11,7 @@ import pytest
 
 import harness
 from harness import DC_IDS, T, assert_ok, free_ports, new_secret, wait_until
-from test_metrics import _dynamic, http_get
+from test_metrics import Chrome, _dynamic, http_get, need
 from test_users import limited_proxy, session, user_stats
 
 LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
@@ -77,17 +77,24 @@ def user_json(mport, name):
     return next(u for u in st["users"] if u["name"] == name)
 
 
+def with_metrics(clock, monkeypatch, procs, when, users, limits):
+    """(proxy, metrics port): a proxy with users and limits and a metrics listener, its clock
+    at `when`."""
+    clock.set(when)
+    mport = free_ports(1)[0]
+    return clock.proxy(monkeypatch, procs, users, limits,
+                       extra=["--metrics", f"127.0.0.1:{mport}"]), mport
+
+
 def test_monthly_quota_across_the_month_boundary(procs, tmp_path, monkeypatch):
     clock = FakeClock(tmp_path)
-    clock.set("2027-01-31 23:00:00")
     q, o = new_secret(), new_secret()
-    mport = free_ports(1)[0]
-    proxy = clock.proxy(monkeypatch, procs, [("q", q), ("o", o)],
-                        [("q", "quota=100k/month"), ("o", "quota=100k")],
-                        extra=["--metrics", f"127.0.0.1:{mport}"])
+    proxy, mport = with_metrics(clock, monkeypatch, procs, "2027-01-31 23:00:00",
+                                [("q", q), ("o", o)],
+                                [("q", "quota=100k/month"), ("o", "quota=100k")])
     # used up in January: the live transfer is cut, new connections refused
-    assert not procs.client(proxy, q, "ef", 2, 1000, 150000)["ok"]
-    assert not procs.client(proxy, o, "ef", 2, 1000, 150000)["ok"]  # a lifetime quota
+    assert not procs.client(proxy, q, "ef", 2, 1000, 400000)["ok"]
+    assert not procs.client(proxy, o, "ef", 2, 1000, 400000)["ok"]  # a lifetime quota
     assert session(proxy.addr, q)[0] == b""
     u = user_json(mport, "q")
     assert u["quota_period"] == "month" and u["quota_reset"] == FEB1, u
@@ -140,7 +147,7 @@ def test_monthly_quota_across_a_restart(procs, tmp_path, monkeypatch):
     # stopped and started within the same month: the usage is kept, and still counts
     p = start("2027-02-20 12:00:00")
     assert user_stats(p, "q")["quota_used"] == used_feb
-    assert not procs.client(p, q, "ef", 2, 1000, 90000)["ok"]
+    assert not procs.client(p, q, "ef", 2, 1000, 300000)["ok"]
     assert session(p.addr, q)[0] == b""
     assert "starts over" not in p.stderr_tail(200000)
     p.stop()
@@ -153,3 +160,24 @@ def test_monthly_quota_across_a_restart(procs, tmp_path, monkeypatch):
     p.stop()
     used, period = state_line(state, "q")
     assert used > 70000 and period == FEB1, (used, period)
+
+
+def test_status_page_shows_the_next_reset(procs, tmp_path, monkeypatch):
+    need("chromium")
+    clock = FakeClock(tmp_path)
+    w, q = new_secret(), new_secret()
+    proxy, mport = with_metrics(clock, monkeypatch, procs, "2027-01-20 12:00:00",
+                                [("w", w), ("q", q)],
+                                [("w", "quota=1M/week quota-day=sun"), ("q", "quota=1M")])
+    assert_ok(procs.client(proxy, w, "ef", 2, 1000, 20000))
+    chrome = Chrome(tmp_path)
+    try:
+        chrome.call("Page.navigate", url=f"http://127.0.0.1:{mport}/")
+        row = "document.querySelector('.user[data-name=%s] dd:nth-of-type(5)').textContent"
+        assert wait_until(lambda: "used" in (chrome.eval(row % "w") or ""), 20)
+        text = chrome.eval(row % "w")
+        # 2027-01-20 is a Wednesday: the week from Sunday ends on Sunday the 24th
+        assert "used this week, resets 2027-01-24 00:00 UTC" in text, text
+        assert "resets" not in chrome.eval(row % "q")  # a lifetime quota never resets
+    finally:
+        chrome.close()
