@@ -124,6 +124,7 @@ struct users {
     uint32_t *slots;
     size_t nslots;
     uint32_t max; /* ids that may be handed out: USERS_MAX (a test lowers it) */
+    uint32_t resets; /* quotas started over so far (users_quota_roll; main thread) */
 };
 
 /* A rollback point of the registry's names (users_mark): a reload that fails after interning
@@ -198,7 +199,8 @@ int users_log_allowed(const struct users *u, uint32_t id, double now);
  * over (0 bytes, one info line logged) if its period is older than the one holding now; a
  * usage whose period is not known (an old state file's line, a quota made periodic by a
  * reload) is taken as this period's. A user refused for its quota is served again at once.
- * Main thread only (start, and each state save). Returns the number of users reset. */
+ * Main thread only (each generation built, each state save). Returns the number of users
+ * reset (also added to u->resets: the state file must be rewritten, even if empty). */
 int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64_t now);
 
 /* State file: writes `quota-used = NAME BYTES [PERIOD_START]` lines (the period's start only

@@ -670,6 +670,7 @@ int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64
             continue; /* nothing to start over (and no line for each idle user) */
         shared64_store(&s->used, 0);
         reset++;
+        u->resets++;
         log_info("quota of user %s starts over (%s): %llu bytes used in the period before; "
                  "next reset at %lld (unix, UTC)", l->name, users_period_name(l->quota_period),
                  (unsigned long long)used, (long long)next);

@@ -140,6 +140,9 @@ def test_monthly_quota_across_a_restart(procs, tmp_path, monkeypatch):
     assert log_line(p, rf"quota of user q starts over \(month\): {used_jan} bytes used in",
                     5), p.stderr_tail()
     assert user_stats(p, "q").get("quota_used", 0) == 0
+    # the January line leaves the state file at the next save (else every restart in February
+    # would start the month over again and say so)
+    assert wait_until(lambda: state_line(state, "q") is None, 10), open(state).read()
     assert_ok(procs.client(p, q, "ef", 2, 1000, 30000))  # 60000 + 30000 would not fit
     p.stop()
     used_feb, period = state_line(state, "q")
