@@ -119,6 +119,8 @@ struct opts {
     int quiet;
     const char *dc_netns; /* the DC sink listens in this network namespace (a delay line's far side) */
     const char *dc_addr;  /* ... on this IPv4 address (default 127.0.0.1) */
+    struct in6_addr proxy6; /* --proxy-addr6: clients dial this (::1 or a ULA on lo: listen-prefix) */
+    int proxy6_on;
     const char *hs_file;  /* handshake: connect -> DC and connect -> echo percentiles go here */
     int burst, bursts;    /* handshake: start burst at once, bursts times, gap_ms apart */
     int gap_ms, gap_jitter_ms; /* the gap is gap_ms + a uniform draw in [0, gap_jitter_ms] */
@@ -341,7 +343,8 @@ static int set_nb(int fd)
 
 static void client_start(int idx)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int v6 = o.proxy6_on && !o.direct;
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
     if (fd < 0) {
         note_error("client socket");
         return;
@@ -359,7 +362,10 @@ static void client_start(int idx)
     clients[idx] = e;
     clients_open++;
     clients_started++;
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS) {
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+                              .sin6_addr = o.proxy6};
+    if ((v6 ? connect(fd, (struct sockaddr *)&a6, sizeof a6)
+            : connect(fd, (struct sockaddr *)&a, sizeof a)) != 0 && errno != EINPROGRESS) {
         note_error("client connect");
     }
     ep_watch(e, 1);
@@ -1012,7 +1018,7 @@ static void usage(void)
             "  [--conns N] [--seconds S] [--window W] [--interval-ms MS] [--msg-size B]\n"
             "  [--proxy-pid PID | --proxy-pidfile F] [--proxy-log F] [--csv F] [--label S]\n"
             "  [--pre-wait S] [--settle S] [--concurrency C] [--quiet] [--direct] [--spin] [--lat-file F]\n"
-            "  [--dc-netns /proc/PID/ns/net] [--dc-addr IPV4]\n"
+            "  [--dc-netns /proc/PID/ns/net] [--dc-addr IPV4] [--proxy-addr6 ::1|ULA]\n"
             "  [--hs-file F] [--burst N --bursts K --gap-ms MS [--gap-jitter-ms MS]]  (handshake)\n"
             "  [--dc-idle-close-ms MS]  (the DC sink drops connections silent that long)\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
@@ -1089,6 +1095,15 @@ int main(int argc, char **argv)
             o.dc_netns = v;
         else if (ARG("--dc-addr"))
             o.dc_addr = v;
+        else if (ARG("--proxy-addr6")) {
+            /* loopback or a unique-local address (fc00::/7, on lo in a namespace) only */
+            if (inet_pton(AF_INET6, v, &o.proxy6) != 1 ||
+                !(IN6_IS_ADDR_LOOPBACK(&o.proxy6) || (o.proxy6.s6_addr[0] & 0xfe) == 0xfc)) {
+                fprintf(stderr, "bench_load: --proxy-addr6 takes ::1 or a fc00::/7 address\n");
+                return 2;
+            }
+            o.proxy6_on = 1;
+        }
         else if (ARG("--hs-file"))
             o.hs_file = v;
         else if (ARG("--burst"))

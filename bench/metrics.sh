@@ -8,8 +8,10 @@
 #    connections, one worker) with metrics off, and with metrics on and /metrics scraped every
 #    second, alternating off/on in the same run, --repeat times each; medians and the ratio.
 # 2. One scrape with --users users (default 10,000) configured (every one listed): wall
-#    time of GET /metrics and GET /stats (median of 20) and the proxy's CPU per scrape (from
-#    /proc/PID/stat over the 20), and the body sizes.
+#    time of GET /metrics and GET /stats (median of 10, 1.1 s apart: each rendered anew, not
+#    from the metrics server's cache) and the proxy's CPU per scrape (from /proc/PID/stat
+#    over the 10), and the body sizes. (bench/metrics_scrape.py: cached scrapes, and a relayed
+#    client's latency beside four scrapers.)
 # Writes OUT/metrics.csv and OUT/metrics.md (default OUT: bench/results; --quick: BUILD/results-
 # metrics-quick with short runs). Loopback only: the proxy's DC is bench_load's own sink.
 set -euo pipefail
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
     --conns) CONNS=$2; shift ;;
     --users) USERS=$2; shift ;;
     --quick) QUICK=1 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "metrics.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -106,10 +108,11 @@ def cpu():
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / tick
 
-def scrape(path, n=20):
+def scrape(path, n=10):
     walls, size = [], 0
     c0 = cpu()
     for _ in range(n):
+        time.sleep(1.1)  # past the server's cache (at most 1 s): each one rendered anew
         t = time.perf_counter()
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30).read()
         walls.append(time.perf_counter() - t)
@@ -137,7 +140,8 @@ metrics off and on (/metrics scraped every second) alternating in the same run; 
 | on, scraped every 1 s | {on_t:.1f} | {on_c:.3f} |
 | on / off | {on_t / off_t:.3f} | {on_c / off_c:.3f} |
 
-One scrape with {users} users (median of 20; proxy CPU averaged over the 20):
+One scrape with {users} users (median of 10, 1.1 s apart so that each is rendered anew; proxy
+CPU averaged over the 10):
 
 | endpoint | wall ms | proxy CPU ms | body bytes |
 |---|---|---|---|

@@ -362,6 +362,8 @@ static void write_man8(FILE *f, const char *sysconfdir)
           "start, the pidfile could not be written, privileges could not be dropped.\n"
           ".TP\n.B 2\nA configuration error (bad file, bad option, unwritable state file, "
           "unusable log target).\n"
+          ".TP\n.B 75\nA listen port or the state file's lock is held by another process "
+          "(an old instance still closing, another server; EX_TEMPFAIL): worth a retry.\n"
           ".SH EXAMPLES\n"
           "Run on port 443 with two secrets, on the command line only:\n"
           ".PP\n.RS\n.nf\n"

@@ -1,4 +1,5 @@
 /* main.c: command line, config loading, start-up checks, workers, signals and shutdown. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -35,12 +36,16 @@
 #include "proxy/middle.h"
 #include "proxy/options.h"
 #include "proxy/preflight.h"
+#include "proxy/prefix.h"
 #include "proxy/reload.h"
 #include "proxy/tlslearn.h"
 #include "proxy/tools.h"
 #include "proxy/users.h"
 
 #define EXIT_CONFIG 2
+/* A listen port or the state file's lock is held by another process (an old instance still
+ * closing, another server): worth a retry (sysexits.h's EX_TEMPFAIL). */
+#define EXIT_BUSY 75
 
 /* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
 static size_t help_width(FILE *f)
@@ -69,9 +74,17 @@ static void usage(FILE *f)
             "  mtproxy doctor [--config FILE] [--offline] [--KEY VALUE ...]\n"
             "                                            check this machine's setup: one\n"
             "                                            OK/WARN/FAIL line per check\n"
+            "  mtproxy user rotate-address NAME [--config FILE] [--KEY VALUE ...]\n"
+            "                                            listen-prefix: give user NAME a new\n"
+            "                                            address (the running proxy is sent\n"
+            "                                            SIGHUP; the old one serves for\n"
+            "                                            listen-prefix-grace)\n"
             "  mtproxy --help | --version\n\n"
             "Every config file key can be given as --KEY VALUE (the command line wins; a\n"
             "repeatable key given on the command line replaces the file's values).\n\n"
+            "Exit codes: 0 done; 1 a failure at run time (doctor: a check failed); 2 a\n"
+            "configuration error; 75 a listen port or the state file's lock is held by\n"
+            "another process (retry later).\n\n"
             "Keys:\n%s",
             MTPROXY_VERSION, help);
 }
@@ -118,8 +131,10 @@ static void print_links(const struct options *o, uid_t owner)
         return;
     text[0] = 0;
     for (int i = 0; i < o->nsecrets; i++) {
-        char tg[1024], https[1024];
-        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https))
+        char tg[1024], https[1024], uhost[256];
+        snprintf(uhost, sizeof uhost, "%s", host);
+        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port); /* listen-prefix */
+        if (secret_links(&o->secrets[i], uhost, uport, tg, sizeof tg, https, sizeof https))
             continue;
         n += (size_t)snprintf(text + n, cap - n, "secret %s: %s\nsecret %s: %s\n",
                               o->secrets[i].name, tg, o->secrets[i].name, https);
@@ -340,7 +355,8 @@ static void check_file_dir(const char *key, const char *path, const struct run_u
 /* Binds each listen address once without SO_REUSEPORT (which would let a second mtproxy share
  * the port and split the clients between two sets of secrets): in use, not an address of
  * this machine, or a privileged port are found before anything is written. */
-static void check_listen(const struct options *o, int check_only, struct config_errors *e)
+static void check_listen(const struct options *o, int check_only, struct config_errors *e,
+                         int *busy)
 {
     for (int i = 0; i < o->nlisten; i++) {
         char a[SOCK_ADDR_STRLEN];
@@ -364,7 +380,7 @@ static void check_listen(const struct options *o, int check_only, struct config_
         if (err == EADDRINUSE && check_only)
             fprintf(stderr, "mtproxy: warning: listen %s is in use now: start-up fails unless "
                             "that is this proxy, running\n", a);
-        else if (err == EADDRINUSE)
+        else if (err == EADDRINUSE && ++*busy)
             CHECK_ERR(e, "listen %s: the address is in use (another mtproxy or another server "
                          "listens there)", a);
         else if (err == EADDRNOTAVAIL)
@@ -379,9 +395,10 @@ static void check_listen(const struct options *o, int check_only, struct config_
 }
 
 /* Everything that start-up would fail on after the config parsed: checked before anything
- * is written (and by --check-config). */
+ * is written (and by --check-config). busy counts the errors that are a port or the lock held
+ * by another process. */
 static void startup_checks(const struct options *o, const struct run_user *u, int check_only,
-                           struct config_errors *e)
+                           struct config_errors *e, int *busy)
 {
     const struct run_user *pw = NULL;
     if (o->user[0]) {
@@ -403,7 +420,7 @@ static void startup_checks(const struct options *o, const struct run_user *u, in
         check_file_dir("log", o->log, NULL, "this user", e);
     if (o->pidfile[0])
         check_file_dir("pidfile", o->pidfile, NULL, "this user", e);
-    check_listen(o, check_only, e);
+    check_listen(o, check_only, e, busy);
     char path[OPT_PATH_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", o->state_file);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -413,7 +430,7 @@ static void startup_checks(const struct options *o, const struct run_user *u, in
                 fprintf(stderr, "mtproxy: warning: state file %s is in use by a running "
                                 "mtproxy: start-up fails unless that is this proxy\n",
                         o->state_file);
-            else
+            else if (++*busy)
                 CHECK_ERR(e, "another mtproxy is running with state file %.200s: give each "
                              "instance its own state-file", o->state_file);
         }
@@ -485,7 +502,8 @@ static void state_save(struct state_saver *sv, const struct gen *g, int final)
 }
 
 /* Holds an exclusive lock on STATE-FILE.lock for the life of the process: a second mtproxy
- * on the same state file is refused. Returns the descriptor, or -1 with err. */
+ * on the same state file is refused. Returns the descriptor, or -1 with err (-2: the lock is
+ * held by another process). */
 static int state_lock(const char *state_file, char *err, size_t errlen)
 {
     char path[OPT_PATH_MAX + 8];
@@ -499,17 +517,27 @@ static int state_lock(const char *state_file, char *err, size_t errlen)
         snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is locked): "
                               "give each instance its own state-file", state_file, path);
         close(fd);
-        return -1;
+        return -2;
     }
     return fd;
 }
 
+/* The lock file names the process that holds it (`mtproxy doctor` tells this proxy's ports
+ * from another program's by it): written once the pid is final (after daemonize). */
+static void state_lock_note_pid(int fd)
+{
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        log_warn("cannot write the pid into the state file's lock file: %s", strerror(errno));
+}
 
 /* What the process holds from start to exit (main's phases share it). */
 struct app {
     /* configure: the command line and the first generation */
     const char *config_path;
     int check_only, links_cmd, doctor_cmd;
+    const char *rotate_name;  /* `user rotate-address NAME` */
     int qr, offline;          /* links: -1 = QR codes on a terminal; doctor: no network */
     char **args;              /* the `--key value` arguments (every reload reads them again) */
     struct reload rl;
@@ -528,7 +556,7 @@ struct app {
     struct worker *ws;
     struct proxy_worker *pws;
     struct metrics_shared mshared;
-    struct metrics_worker *mws;
+    struct metrics_server *msrv;
     /* detach and run */
     char pidfile[OPT_PATH_MAX];
     struct state_saver saver;
@@ -544,10 +572,18 @@ static int app_args(struct app *a, int argc, char **argv)
     a->links_cmd = argc >= 2 && !strcmp(argv[1], "links");
     a->doctor_cmd = argc >= 2 && !strcmp(argv[1], "doctor");
     a->qr = -1;
-    int nrest = 0;
+    int nrest = 0, first = 1 + (a->links_cmd || a->doctor_cmd);
+    if (argc >= 2 && !strcmp(argv[1], "user")) {
+        if (argc < 4 || strcmp(argv[2], "rotate-address") || argv[3][0] == '-') {
+            fprintf(stderr, "mtproxy: usage: mtproxy user rotate-address NAME [--config FILE]\n");
+            return EXIT_CONFIG;
+        }
+        a->rotate_name = argv[3];
+        first = 4;
+    }
     if (!(a->args = calloc((size_t)argc + 1, sizeof *a->args)))
         return 1;
-    for (int i = 1 + (a->links_cmd || a->doctor_cmd); i < argc; i++) {
+    for (int i = first; i < argc; i++) {
         if (a->links_cmd && (!strcmp(argv[i], "--qr") || !strcmp(argv[i], "--no-qr"))) {
             a->qr = argv[i][2] == 'q';
         } else if (a->doctor_cmd && !strcmp(argv[i], "--offline")) {
@@ -581,8 +617,8 @@ static int app_args(struct app *a, int argc, char **argv)
  * users registry). links and doctor are done with it here. */
 static int app_configure(struct app *a)
 {
-    int run = !a->links_cmd && !a->doctor_cmd && !a->check_only;
-    a->rl.tool = a->links_cmd || a->doctor_cmd;
+    int run = !a->links_cmd && !a->doctor_cmd && !a->check_only && !a->rotate_name;
+    a->rl.tool = a->links_cmd || a->doctor_cmd || a->rotate_name;
     if (run) {
         a->rl.users = &a->users;
         a->rl.start = &a->start;
@@ -590,10 +626,23 @@ static int app_configure(struct app *a)
     a->g = reload_build(&a->rl, NULL, &a->errs);
     a->rl.start = NULL;
     struct gen *g = a->g;
+    if (g && a->rl.tool && !g->opt.nsecrets) {
+        /* No secret configured: the one the proxy generated and keeps in state-file (read
+         * only; if there is none yet, none is made here). */
+        char e[CONFIG_ERR_LEN];
+        if (options_load_state(&g->opt, g->opt.state_file, e, sizeof e) < 0)
+            CHECK_ERR(&a->errs, "%s", e);
+    }
     if (a->doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
         return tools_doctor(g ? &g->opt : NULL, g ? g->me : NULL, &a->errs, a->offline, stdout)
                    ? 1 : 0;
+    if (a->rotate_name)
+        return g ? prefix_rotate_cmd(&g->opt, a->rotate_name, stdout) : EXIT_CONFIG;
     if (a->links_cmd && g) {
+        if (a->errs.count) {
+            print_errors(&a->errs);
+            return EXIT_CONFIG;
+        }
         if (!g->opt.nsecrets) {
             fprintf(stderr, "mtproxy: no secret configured and no state file (%s) yet: start "
                             "the proxy once, or add secret lines\n", g->opt.state_file);
@@ -608,13 +657,14 @@ static int app_configure(struct app *a)
 static int app_check(struct app *a)
 {
     struct gen *g = a->g;
+    int busy = 0;
     if (g) {
         run_user_lookup(&a->user, g->opt.user);
-        startup_checks(&g->opt, &a->user, a->check_only, &a->errs);
+        startup_checks(&g->opt, &a->user, a->check_only, &a->errs, &busy);
     }
     if (a->errs.count) {
         print_errors(&a->errs);
-        return EXIT_CONFIG;
+        return a->errs.count == busy ? EXIT_BUSY : EXIT_CONFIG;
     }
     if (!a->check_only)
         return APP_ON;
@@ -677,7 +727,7 @@ static int app_preflight(struct app *a)
     /* One mtproxy per state file: the lock is held for the life of the process. */
     if ((a->lock_fd = state_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
-        return EXIT_CONFIG;
+        return a->lock_fd == -2 ? EXIT_BUSY : EXIT_CONFIG;
     }
     if (a->start.secret_drawn) {
         if (options_save_state(&o->secrets[0], o->state_file, err, sizeof err)) {
@@ -708,25 +758,20 @@ static int app_preflight(struct app *a)
     return APP_ON;
 }
 
-/* The metrics server: one SO_REUSEPORT listener per worker, served in its loop. */
+/* The metrics server: one listener, served by a thread of its own (started with the workers). */
 static int app_metrics(struct app *a)
 {
     const struct options *opt = &a->g->opt;
     char err[512];
     metrics_shared_init(&a->mshared, opt, a->pws, a->ws, a->nworkers, a->replay);
-    if (!(a->mws = calloc((size_t)a->nworkers, sizeof *a->mws)))
+    int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
+    if (fd < 0) {
+        log_error("metrics: %s", err);
         return 1;
-    a->mshared.mws = a->mws;
-    for (int i = 0; i < a->nworkers; i++) {
-        int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
-        if (fd < 0) {
-            log_error("metrics: %s", err);
-            return 1;
-        }
-        if (metrics_worker_start(&a->mws[i], &a->mshared, &a->ws[i], fd)) {
-            log_error("metrics: out of memory");
-            return 1;
-        }
+    }
+    if (!(a->msrv = metrics_server_new(&a->mshared, a->g, fd))) {
+        log_error("metrics: out of memory");
+        return 1;
     }
     char s[SOCK_ADDR_STRLEN];
     sock_addr_format(&opt->metrics_addr, s, sizeof s);
@@ -755,8 +800,9 @@ static int app_worker(struct app *a, int i)
         int fd = sock_listen(&opt->listen[l], opt->backlog, 1, &a->pws[i].sockopts, err,
                              sizeof err);
         if (fd < 0) {
+            int e = errno;
             log_error("%s", err);
-            return 1;
+            return e == EADDRINUSE ? EXIT_BUSY : 1;
         }
         int mss = opt->client_mss;
         if (mss && setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss) != 0) {
@@ -764,6 +810,16 @@ static int app_worker(struct app *a, int i)
             return 1;
         }
         worker_add_listener(&a->ws[i], fd);
+    }
+    if (opt->prefix_on) { /* every address of the prefix: [::]:PORT, the user told by address */
+        struct sock_addr any = {.len = sizeof any.u.in6};
+        any.u.in6.sin6_family = AF_INET6;
+        any.u.in6.sin6_port = htons((uint16_t)opt->prefix_port);
+        int fd = sock_listen(&any, opt->backlog, 1, &a->pws[i].sockopts, err, sizeof err);
+        if (fd < 0 || worker_add_listener_tag(&a->ws[i], fd, PROXY_LISTENER_PREFIX)) {
+            log_error("listen-prefix: %s", fd < 0 ? err : "too many listeners");
+            return 1;
+        }
     }
     return APP_ON;
 }
@@ -786,6 +842,16 @@ static int app_workers(struct app *a)
         char s[SOCK_ADDR_STRLEN];
         sock_addr_format(&opt->listen[l], s, sizeof s);
         log_info("listening on %s (%d worker%s)", s, a->nworkers, a->nworkers == 1 ? "" : "s");
+    }
+    if (opt->prefix_on) {
+        char p[INET6_ADDRSTRLEN], msg[512];
+        inet_ntop(AF_INET6, &opt->prefix, p, sizeof p);
+        log_info("listen-prefix: every address of %s/%d port %d, one per user", p,
+                 opt->prefix_len, opt->prefix_port);
+        if (prefix_route_setup(opt, msg, sizeof msg))
+            log_warn("%s", msg);
+        else if (msg[0])
+            log_info("%s", msg);
     }
     int rc = opt->metrics_on ? app_metrics(a) : APP_ON;
     if (rc == APP_ON)
@@ -810,6 +876,8 @@ static int app_detach(struct app *a)
     snprintf(a->pidfile, sizeof a->pidfile, "%s", opt->pidfile);
     if (a->pidfile[0] && write_pidfile(a->pidfile, a->user.uid))
         return 1;
+    if (opt->user[0] && a->user.found)
+        prefix_give_to(opt, a->user.uid);
     if (opt->user[0] && drop_privileges(&a->user))
         return 1;
     return APP_ON;
@@ -831,6 +899,12 @@ static int app_start(struct app *a)
         }
         a->nstarted++;
     }
+    int mrc = a->msrv ? metrics_server_start(a->msrv) : 0;
+    if (mrc) {
+        log_error("cannot start the metrics server: %s", strerror(mrc));
+        return 1;
+    }
+    state_lock_note_pid(a->lock_fd);
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
     /* Listening and serving: a Type=notify unit's start (and what is ordered after it) ends here. */
@@ -876,10 +950,13 @@ static void app_reload(struct app *a)
     reload_commit(&a->rl, g);
     for (int i = 0; i < a->nworkers; i++)
         proxy_worker_post_gen(&a->pws[i], g);
+    if (a->msrv)
+        metrics_server_post_gen(a->msrv, g);
     log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
-             "closed), %d dc line%s; live connections keep their settings",
+             "%s), %d dc line%s; live connections keep their settings",
              (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
-             removed, g->opt.ndcs, g->opt.ndcs == 1 ? "" : "s");
+             removed, g->opt.removed_user == REMOVED_DRAIN ? "drained" : "closed", g->opt.ndcs,
+             g->opt.ndcs == 1 ? "" : "s");
     log_acl(&g->acl);
     gen_unref(cur);
     a->g = g;
@@ -921,13 +998,12 @@ static int app_run(struct app *a)
 static void app_stop(struct app *a)
 {
     if (a->ran) {
+        metrics_server_stop(a->msrv); /* it reads the workers' counters */
         for (int i = 0; i < a->nworkers; i++)
             worker_request_stop(&a->ws[i]);
         for (int i = 0; i < a->nworkers; i++) {
             worker_join(&a->ws[i]);
             proxy_worker_destroy(&a->pws[i]);
-            if (a->mws)
-                metrics_worker_destroy(&a->mws[i]);
         }
         log_stats(a->pws, a->ws, a->nworkers);
         state_save(&a->saver, a->g, 1);
@@ -936,7 +1012,7 @@ static void app_stop(struct app *a)
         log_info("stopped");
     }
     if (a->ran || !a->nstarted) { /* no thread still uses them */
-        free(a->mws);
+        metrics_server_free(a->msrv);
         free(a->ws);
         free(a->pws);
         replay_free(a->replay);
@@ -953,6 +1029,10 @@ static void app_stop(struct app *a)
 
 int main(int argc, char **argv)
 {
+    if (crypto_init()) {
+        fprintf(stderr, "mtproxy: cannot initialise OpenSSL\n");
+        return 1;
+    }
     if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
         return generate_secret(argc - 2, argv + 2);
     struct app *a = calloc(1, sizeof *a);

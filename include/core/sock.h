@@ -36,6 +36,9 @@ int sock_addr_port(const struct sock_addr *a);
 /* 1 if the address is the unspecified address (0.0.0.0 or ::). */
 int sock_addr_is_any(const struct sock_addr *a);
 
+/* 1 if the address is a loopback address (127.0.0.0/8 or ::1). */
+int sock_addr_is_loopback(const struct sock_addr *a);
+
 /* Per-socket tuning applied to accepted and outgoing sockets. 0 = leave the system default. */
 struct sock_opts {
     int nodelay;      /* TCP_NODELAY on/off */

@@ -26,6 +26,7 @@ typedef void (*worker_cmd_fn)(struct worker *w, int cmd);
 struct worker_listener {
     struct worker *w;
     int fd;
+    int tag; /* the owner's mark (worker_add_listener_tag), 0 by default */
     ev_io io;
 };
 
@@ -62,6 +63,7 @@ struct worker {
     worker_stop_fn on_stop;
     worker_cmd_fn on_cmd;
     void *ctx; /* the owner's per-worker state */
+    int accept_tag; /* during on_accept: the tag of the listener the socket came from */
     struct worker_stats stats;
     unsigned busy_poll_us; /* after the loop ran callbacks, spin this long before sleeping */
     int ended;             /* the loop was told to end (on_wake) */
@@ -79,6 +81,10 @@ int worker_init(struct worker *w, int id, worker_accept_fn on_accept, worker_sto
 /* Adds a listening socket (created by main before privileges are dropped). The worker
  * owns it from now on. Returns 0, or -1 if too many. */
 int worker_add_listener(struct worker *w, int fd);
+
+/* The same, with a tag the accept handler finds in w->accept_tag for this listener's
+ * sockets. */
+int worker_add_listener_tag(struct worker *w, int fd, int tag);
 
 /* Starts the thread running the loop. Returns 0, or an errno value. */
 int worker_start(struct worker *w);

@@ -22,6 +22,11 @@ struct crypto_ctr {
     int keyed;                    /* 0 until crypto_ctr_init succeeds, and again after a failure */
 };
 
+/* Initialises OpenSSL with only what the proxy uses: no config file, no error strings, no
+ * name tables of every algorithm. Call once at start, before any other crypto_ call (later
+ * calls are harmless). Returns 0, or -1 if OpenSSL cannot be initialised. */
+int crypto_init(void);
+
 /* Allocates an un-keyed stream (no context yet). Returns NULL on allocation failure. */
 struct crypto_ctr *crypto_ctr_new(void);
 
@@ -73,7 +78,9 @@ void crypto_sha256(const void *a, size_t alen, const void *b, size_t blen,
 void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
                         uint8_t out[CRYPTO_SHA256_LEN]);
 
-/* Fills buf with len cryptographically strong random bytes. Returns 0, or -1 on failure. */
+/* Fills buf with len cryptographically strong random bytes: the kernel's (getrandom) until
+ * the process has made its first cipher context, OpenSSL's DRBG from then on (so a proxy that
+ * has served nobody has not set up the DRBG). Returns 0, or -1 on failure. */
 int crypto_random(void *buf, size_t len);
 
 /* Like crypto_random, for bulk bytes that must be unpredictable but are no key (a FakeTLS

@@ -14,10 +14,12 @@
  * with '/', printable ASCII, no '#'); header names are tokens, values printable ASCII or
  * HTAB; obs-fold (a line starting with SP/HTAB), a request body (Content-Length other than 0,
  * any Transfer-Encoding) and bare LF are BAD. From the query only `token` is taken
- * (percent-decoded); from the headers only `Authorization: Bearer TOKEN`.
+ * (percent-decoded); from the headers only `Authorization: Bearer TOKEN` and `Host` (a second
+ * Host, or one longer than HTTP_HOST_MAX - 1 bytes, is BAD, 400).
  */
 #define HTTP_PATH_MAX 256
 #define HTTP_TOKEN_MAX 256
+#define HTTP_HOST_MAX 272 /* a DNS name, ':' and a port */
 
 enum http_status { HTTP_OK = 0, HTTP_NEED_MORE = 1, HTTP_BAD = -1 };
 
@@ -30,7 +32,8 @@ struct http_request {
     char path[HTTP_PATH_MAX];     /* the target before '?', as sent (not decoded) */
     char token[HTTP_TOKEN_MAX];   /* ?token= value, percent-decoded ("" if absent) */
     char bearer[HTTP_TOKEN_MAX];  /* Authorization: Bearer value ("" if absent) */
-    int has_token, has_bearer;
+    char host[HTTP_HOST_MAX];     /* the Host header's value ("" if absent) */
+    int has_token, has_bearer, has_host;
     int nheaders;
     int code;                     /* BAD: the status to answer with (400, 405, 414, 431, 505) */
     const char *why;              /* BAD: what was wrong (a static string) */

@@ -61,6 +61,8 @@ struct proxy_worker {
     struct gen *_Atomic next_gen;      /* posted by main (proxy_worker_post_gen), one ref */
     struct users *users;               /* the users registry (shared) */
     ev_timer sweep_timer;              /* every second: quota / expiry of live connections */
+    ev_timer drain_timer;              /* removed-user = drain: the next drain_at of a live
+                                        * connection (stopped while none drains) */
     struct ipcount accepts;            /* accept-rate: per source, accepts in this second */
     ev_tstamp accepts_second;
     uint32_t accepts_max;              /* accept-rate for this worker (0 = off) */
@@ -106,6 +108,10 @@ struct proxy_worker {
  * process's registry. Returns 0, or -1. */
 int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
                       struct users *users, struct replay *replay, int nworkers);
+
+/* worker_add_listener_tag: the listen-prefix listener (its connections' local address names
+ * the user they may be). */
+#define PROXY_LISTENER_PREFIX 1
 
 /* Command bit for worker_post: a new generation waits in next_gen. */
 #define PROXY_CMD_GEN 1

@@ -142,7 +142,9 @@ enum conn_reason front_hold_read(struct conn *c);
 enum store_gate { STORE_GO = 0, STORE_WAIT, STORE_REPLAY };
 
 /* A client proved secret idx (of c->gen): 0 if its user is admitted (c->uid, c->us, c->lim
- * set), -1 if refused by a limit (counted, logged; the caller rejects it). */
+ * set), -1 if refused by a limit (counted, logged; the caller rejects it), GATE_FOREIGN_ADDR if
+ * it came to another user's listen-prefix address (or no user's; the same). */
+#define GATE_FOREIGN_ADDR (-2)
 int gate_user(struct conn *c, uint32_t idx);
 /* The fleet's replay store on a handshake's 16 identifying bytes: GO, WAIT (c now in
  * STORE_WAIT, the check runs again with the answer) or REPLAY. */

@@ -69,6 +69,7 @@ enum conn_reason {
     CR_HANDSHAKE_CAP,     /* max-handshakes: the oldest unfinished handshake made room */
     CR_ACCEPT_RATE,       /* accept-rate: too many new connections from the source */
     CR_UNKNOWN_SNI,       /* unknown-sni drop/reject: a hello naming none of our domains */
+    CR_DRAINED,           /* removed-user = drain: its user was removed drain-timeout ago */
     CR_COUNT
 };
 
@@ -146,6 +147,8 @@ struct conn {
     uint8_t state;
     uint32_t secret_idx;       /* index of the matched secret in the options' secrets */
     int32_t uid;               /* its user's id in the users registry, -1 until admitted */
+    int32_t addr_uid;          /* listen-prefix: the user whose address it came to (or
+                                * PREFIX_NOBODY); PREFIX_NOT_VIA through other listeners */
     struct user_stats *us;     /* that user's counters in this worker (NULL until admitted) */
     const struct user_limit *lim; /* that user's limits (in gen), or NULL */
     struct gen *gen;           /* the config generation it started under (one reference) */
@@ -177,6 +180,8 @@ struct conn {
                                 * it is on the worker's close queue (through wait_next) */
     int8_t close_reason;       /* marked: the reason it closes with (enum conn_reason) */
     ev_tstamp born;            /* accepted at (a fronted connection's life is bounded) */
+    ev_tstamp drain_at;        /* its user was removed (removed-user = drain): closed then;
+                                * 0 = not draining */
     ev_tstamp rs_start, rs_last; /* record-sizing: this small phase began / last record */
     uint32_t rs_sent;          /* record-sizing: payload sent toward the client this phase */
     uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */

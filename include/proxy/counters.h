@@ -117,9 +117,12 @@
     F("me_links_open", GAUGE, "ME links past the handshake now (all workers).")                    \
     C(me_links_open, CL0, CJ_NONE, CLOG(ME, 12, "links_open"))                                     \
     F("me_clients_closed_total", COUNTER,                                                          \
-      "Middle-mode clients closed: their link died, or over me-client-buffer (slow).")             \
+      "Middle-mode clients closed: their link died, over me-client-buffer (slow), or holding "     \
+      "a paused link past me-stall-grace (stalled).")                                              \
     C(me_dead_closed, CL1("reason", "link_dead"), CJ_NONE, CLOG(ME, 4, "dead_closed"))             \
     C(me_slow_closed, CL1("reason", "slow"), CJ_NONE, CLOG(ME, 5, "slow_closed"))                  \
+    /* closed after holding a paused link past me-stall-grace */                                   \
+    C(me_stalled_evicted, CL1("reason", "stalled"), CJ_NONE, CLOG(ME, 13, "stalled_evicted"))      \
     F("me_link_pauses_total", COUNTER,                                                             \
       "Times an ME link stopped being read (me-link-buffer reached).")                             \
     C(me_link_pauses, CL0, CJ_NONE, CLOG(ME, 6, "link_pauses"))                                    \

@@ -68,4 +68,19 @@ enum conn_reason middle_attach(struct conn *c, uint8_t *extra, size_t n);
 enum conn_reason middle_client_event(struct conn *c, int revents);
 void middle_detach(struct conn *c);
 
+/* One client of an ME link paused longer than me-stall-grace, as the stall check sees it. */
+struct middle_holder {
+    void *who;      /* the caller's (its client) */
+    size_t held;    /* bytes it holds toward its socket, counted in the link's total */
+    int progressed; /* wrote some of them to its socket since the link paused */
+    int evict;      /* out: chosen */
+};
+
+/* Chooses whom a paused link closes so that it can be read again: every holder that made no
+ * progress (since the last check) and holds more than fair bytes (its share of
+ * me-link-buffer), then the largest holders left that made none (all: any holder) until the
+ * rest hold at most target (the resume mark). Sorts h[0..n) by held, largest first, and sets
+ * evict on the chosen. Returns how many were chosen. */
+int middle_stall_victims(struct middle_holder *h, int n, size_t fair, size_t target, int all);
+
 #endif

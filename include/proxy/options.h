@@ -41,6 +41,9 @@ enum opt_unknown_sni { SNI_MASK = 0, SNI_DROP = 1, SNI_REJECT = 2 };
 /* rst-on-close: which client connections end with a reset. */
 enum opt_rst { RST_OFF = 0, RST_PROBES = 1, RST_ALWAYS = 2 };
 
+/* removed-user: what a reload that removes a user does to its live connections. */
+enum opt_removed_user { REMOVED_CLOSE = 0, REMOVED_DRAIN = 1 };
+
 /* Everything the proxy is configured with. Immutable once workers start; a reload builds a
  * new one and swaps the pointer (later issue). */
 /* How a write-batch window holds writes (see write-batch-mode). */
@@ -61,6 +64,8 @@ struct options {
     int nlimits, limits_cap;
     unsigned ips_window_ms;
     int quota_reset_day;    /* day of the month (1-28) quota=SIZE/month starts over */
+    int removed_user;           /* enum opt_removed_user */
+    unsigned drain_timeout_ms;  /* removed-user = drain: live connections closed after it */
     unsigned accept_rate;   /* new connections per second per source address (0 = off) */
     int max_handshakes;     /* connections not past their handshake, whole process (0 = off) */
     int log_connections;    /* one info line per closed client connection */
@@ -106,6 +111,7 @@ struct options {
     size_t me_request_buffer;  /* bytes of one client queued toward the ME: past it, not read */
     size_t me_link_buffer;     /* bytes read from a link not yet delivered: past it, not read */
     unsigned me_ping_ms;       /* a quiet link is pinged after this; quiet twice: dead */
+    unsigned me_stall_grace_ms; /* a link paused this long closes the clients holding it */
     unsigned write_batch_ms;
     int write_batch_mode; /* enum write_batch_mode */
     int buffers; /* 0 pooled, 1 per-connection */
@@ -144,6 +150,7 @@ struct options {
     int metrics_on;
     struct sock_addr metrics_addr;
     char metrics_token[256];
+    int metrics_public;       /* metrics-public: a non-loopback address without a token is meant */
 
     /* Access list (checked at accept, before any byte is read): deny wins; with any allow
      * entry only allowed sources are served. Files are read at start (and on reload). */
@@ -170,6 +177,16 @@ struct options {
     int rstore_fail_closed;
     unsigned rstore_timeout_ms;
     unsigned rstore_ttl_ms; /* plain/dd headers (FakeTLS hellos: 2 x tls-time-skew) */
+
+    /* listen-prefix: every address of an IPv6 prefix, one per user (proxy/prefix.h). */
+    int prefix_on;
+    struct in6_addr prefix;    /* host bits zero */
+    int prefix_len;            /* 1..120 */
+    int prefix_port;
+    char prefix_key[80];       /* listen-prefix-key (hex), "" = from STATE-FILE.addresses */
+    unsigned prefix_grace_ms;  /* a rotated-away address keeps serving this long */
+    struct in6_addr *user_addr; /* per secret index, that user's address (reload_build sets
+                                 * it with listen-prefix; heap, options_free); else NULL */
 };
 
 /* The option table (also drives --help and the documented mtproxy.conf). */

@@ -22,12 +22,14 @@
  * and the running generation stays. Once built it is never changed. A good one is handed to
  * every worker (proxy_worker_post_gen, through worker_post): new connections use it, a live
  * connection keeps the generation it started with (it holds a reference) until it ends,
- * except that the connections of a user the new generation no longer has are closed. A worker
+ * except that the connections of a user the new generation no longer has are closed (at once,
+ * or with removed-user = drain once drain-timeout has passed: gen_user_fate). A worker
  * that adopts a generation with another ME table starts links to it (middle_adopt). The last
  * reference frees a generation (in whichever thread drops it).
  */
 
 struct me_table;
+struct prefix_map;
 
 struct gen {
     _Atomic int refs;
@@ -46,6 +48,7 @@ struct gen {
     struct faketls_sni_index sni;   /* the ee secrets by domain (tls-sni-check) */
     uint32_t nusers;
     int state_secret;               /* the secret is the generated one from state-file */
+    struct prefix_map *pmap;        /* listen-prefix: address -> user (proxy/prefix.h), or NULL */
 };
 
 /* Start-up's part of the first build (reload_build with reload.start set and no old
@@ -108,5 +111,15 @@ int reload_restart_keys(const struct gen *old, struct gen *g, char *out, size_t 
 
 /* Number of users in old that g no longer has. */
 uint32_t reload_removed_users(const struct gen *old, const struct gen *g);
+
+/* What adopting generation g does to a live connection of user uid (-1: not admitted yet),
+ * draining until *drain_at (0: not draining), at time now (seconds):
+ *   GEN_KEEP   the user is in g (or uid is -1): it goes on, a drain stops (*drain_at = 0);
+ *   GEN_CLOSE  g no longer has the user and says removed-user = close: close it now;
+ *   GEN_DRAIN  g no longer has the user and says removed-user = drain: it goes on until
+ *              *drain_at, set to now + drain-timeout unless it was draining already (a later
+ *              reload never extends a drain). */
+enum gen_fate { GEN_KEEP = 0, GEN_DRAIN, GEN_CLOSE };
+enum gen_fate gen_user_fate(const struct gen *g, int32_t uid, double now, double *drain_at);
 
 #endif

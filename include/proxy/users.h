@@ -93,12 +93,14 @@ struct user_stats {
     stat_t conns;      /* connections accepted for this user (valid handshake), total */
     stat_t refused[UR_COUNT]; /* new connections refused, by reason */
     stat_t closed_limit;      /* live connections ended by a limit (quota, expiry, removal) */
+    stat_t foreign_addr;      /* listen-prefix: refused, on an address not the user's */
     struct ja4stat_user ja4;  /* its valid hellos' top JA4 fingerprints (proxy/ja4stat.h) */
 };
 
 /* A user's counters summed over the workers (users_stats_sum), plus its shared state. */
 struct user_totals {
     uint64_t bytes_up, bytes_down, active, conns, refused[UR_COUNT], closed_limit;
+    uint64_t foreign_addr;
     uint64_t quota_used; /* bytes counted against the quota (persisted), whole process */
 };
 

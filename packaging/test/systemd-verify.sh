@@ -37,14 +37,14 @@ for u in $units; do
         echo "ok: systemd-analyze verify $u"
     fi
 done
-# Restart policy: a start that failed on a port or state-file lock still held exits 2 (src/main.c,
+# Restart policy: a start that failed on a port or state-file lock still held exits 75 (src/main.c,
 # after --check-config passed in ExecStartPre), so it must be retried: RestartPreventExitStatus
-# (main process only) must not name 1 or 2, and the start limit must bound the retries.
+# (main process only) must not name 1 or 75, and the start limit must bound the retries.
 grep -qx 'Restart=on-failure' "$unit" || { echo "FAIL: $unit: no Restart=on-failure"; status=1; }
 # shellcheck disable=SC2013 # the values are words
 for c in $(sed -n 's/^RestartPreventExitStatus=//p' "$unit"); do
     case "$c" in
-    1 | 2)
+    1 | 75 | EX_TEMPFAIL | TEMPFAIL)
         echo "FAIL: $unit: RestartPreventExitStatus=$c: mtproxy exits $c on a port or lock still held"
         status=1
         ;;

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/siphash.h"
 
@@ -39,6 +40,8 @@ struct replay {
     uint32_t window;
     struct siphash_key key; /* random per cache: slots and shards cannot be aimed */
     size_t memory;
+    void *block; /* every shard's ring and index: one anonymous mapping */
+    size_t block_len;
 };
 
 static int valid_config(const struct replay_config *cfg) {
@@ -106,17 +109,32 @@ struct replay *replay_new(const struct replay_config *cfg) {
     }
     memset(r->shards, 0, r->nshards * sizeof(struct replay_shard));
     uint32_t cap = shard_cap(cfg, r->nshards), slots = index_slots(cap);
+    /* The rings and indexes come zeroed from the kernel, page by page as they are first
+     * written: a cache that sees few hellos costs few pages (calloc from the heap would
+     * clear, and so touch, all of it at start). */
+    size_t per = (size_t)cap * sizeof(struct replay_entry) + (size_t)slots * sizeof(uint32_t);
+    r->block_len = per * r->nshards;
+    r->block = mmap(NULL, r->block_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
+    if (r->block == MAP_FAILED) {
+        r->block = NULL;
+        r->nshards = 0;
+        replay_free(r);
+        return NULL;
+    }
+#ifdef MADV_NOHUGEPAGE
+    /* Index slots are hit at random: with transparent huge pages set to "always", the first
+     * few hellos would make 2 MiB pages resident. */
+    madvise(r->block, r->block_len, MADV_NOHUGEPAGE);
+#endif
     for (unsigned i = 0; i < r->nshards; i++) {
         struct replay_shard *s = &r->shards[i];
         s->cap = cap;
         s->mask = slots - 1;
-        s->ring = calloc(cap, sizeof(*s->ring));
-        s->index = calloc(slots, sizeof(*s->index));
-        if (!s->ring || !s->index || pthread_mutex_init(&s->lock, NULL) != 0) {
-            free(s->ring);
-            free(s->index);
-            s->ring = NULL;
-            r->nshards = i; /* free only what was set up */
+        s->index = (uint32_t *)((char *)r->block + per * i);
+        s->ring = (struct replay_entry *)(s->index + slots);
+        if (pthread_mutex_init(&s->lock, NULL) != 0) {
+            r->nshards = i; /* destroy only the locks that were set up */
             replay_free(r);
             return NULL;
         }
@@ -127,11 +145,10 @@ struct replay *replay_new(const struct replay_config *cfg) {
 void replay_free(struct replay *r) {
     if (!r)
         return;
-    for (unsigned i = 0; i < r->nshards; i++) {
+    for (unsigned i = 0; i < r->nshards; i++)
         pthread_mutex_destroy(&r->shards[i].lock);
-        free(r->shards[i].ring);
-        free(r->shards[i].index);
-    }
+    if (r->block)
+        munmap(r->block, r->block_len);
     free(r->shards);
     free(r);
 }

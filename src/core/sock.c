@@ -110,6 +110,13 @@ int sock_addr_is_any(const struct sock_addr *a)
     return IN6_IS_ADDR_UNSPECIFIED(&a->u.in6.sin6_addr);
 }
 
+int sock_addr_is_loopback(const struct sock_addr *a)
+{
+    if (a->u.sa.sa_family == AF_INET)
+        return (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127;
+    return a->u.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&a->u.in6.sin6_addr);
+}
+
 int sock_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);

@@ -73,6 +73,7 @@ static void on_listen(struct ev_loop *loop, ev_io *io, int revents)
         if (fd >= 0) {
             WORKER_STAT_INC(&w->stats.accepted);
             w->reserve_owed++;
+            w->accept_tag = l->tag;
             w->on_accept(w, fd, &peer);
             continue;
         }
@@ -138,11 +139,17 @@ int worker_init(struct worker *w, int id, worker_accept_fn on_accept, worker_sto
 
 int worker_add_listener(struct worker *w, int fd)
 {
+    return worker_add_listener_tag(w, fd, 0);
+}
+
+int worker_add_listener_tag(struct worker *w, int fd, int tag)
+{
     if (w->nlisteners >= WORKER_MAX_LISTENERS)
         return -1;
     struct worker_listener *l = &w->listeners[w->nlisteners++];
     l->w = w;
     l->fd = fd;
+    l->tag = tag;
     ev_io_init(&l->io, on_listen, fd, EV_READ);
     l->io.data = l;
     ev_io_start(w->loop, &l->io);

@@ -1,10 +1,13 @@
 /* crypto.c: AES-256-CTR, SHA-256, HMAC-SHA256 and randomness over OpenSSL. */
 #include "crypto/crypto.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -73,16 +76,57 @@ static const EVP_MD *sha256_get(void) {
 #endif
 }
 
+int crypto_init(void) {
+    /* No openssl.cnf (its providers and settings are not the proxy's business), no error
+     * strings (nothing prints OpenSSL's errors), no table of every cipher and digest name. */
+    uint64_t opts = OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS |
+                    OPENSSL_INIT_NO_ADD_ALL_CIPHERS | OPENSSL_INIT_NO_ADD_ALL_DIGESTS;
+    return OPENSSL_init_crypto(opts, NULL) == 1 ? 0 : -1;
+}
+
+/* 1 once any thread has made a cipher context: OpenSSL's provider is loaded, and its DRBG
+ * costs little more. Until then crypto_random asks the kernel, so a proxy that has not served
+ * anyone has not paid for the DRBG's set-up (about 1.2 MB of libcrypto touched). Set once,
+ * never cleared. */
+static atomic_int drbg_on;
+
+static void drbg_allow(void) {
+    if (!atomic_load_explicit(&drbg_on, memory_order_relaxed))
+        atomic_store_explicit(&drbg_on, 1, memory_order_relaxed);
+}
+
+/* AES-256-CTR fetched from the provider once for the process (OpenSSL 3: a legacy
+ * EVP_aes_256_ctr() makes every EVP_EncryptInit_ex that names it fetch again), on the first
+ * context, not at start. Kept for the life of the process. */
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+static pthread_once_t ctr_once = PTHREAD_ONCE_INIT;
+static EVP_CIPHER *ctr_fetched;
+
+static void ctr_fetch(void) {
+    ctr_fetched = EVP_CIPHER_fetch(NULL, "AES-256-CTR", NULL);
+}
+#endif
+
+static const EVP_CIPHER *ctr_cipher(void) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    pthread_once(&ctr_once, ctr_fetch);
+    if (ctr_fetched)
+        return ctr_fetched;
+#endif
+    return EVP_aes_256_ctr();
+}
+
 /* Allocates a context with AES-256-CTR selected but no key yet. Returns NULL on failure.
  * Later re-keying passes a NULL cipher, which keeps the selection and resets the counter. */
 static EVP_CIPHER_CTX *ctr_ctx_new(void) {
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     if (!ctx)
         return NULL;
-    if (EVP_EncryptInit_ex(ctx, EVP_aes_256_ctr(), NULL, NULL, NULL) != 1) {
+    if (EVP_EncryptInit_ex(ctx, ctr_cipher(), NULL, NULL, NULL) != 1) {
         EVP_CIPHER_CTX_free(ctx);
         return NULL;
     }
+    drbg_allow();
     return ctx;
 }
 
@@ -301,8 +345,24 @@ void crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t
         digest_failed(out);
 }
 
+/* The kernel's random bytes (getrandom(2)); -1 if it has none to give (no such call). */
+static int os_random(uint8_t *b, size_t len) {
+    while (len > 0) {
+        ssize_t n = getrandom(b, len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        b += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 int crypto_random(void *buf, size_t len) {
     uint8_t *b = buf;
+    if (!atomic_load_explicit(&drbg_on, memory_order_relaxed) && os_random(b, len) == 0)
+        return 0;
     while (len > 0) {
         size_t n = len > CRYPTO_CHUNK_MAX ? CRYPTO_CHUNK_MAX : len;
         if (RAND_bytes(b, (int)n) != 1)

@@ -152,6 +152,15 @@ static enum http_status header_line(const uint8_t *l, size_t n, struct http_requ
         return bad(out, 400, "request body not accepted");
     if (ieq(l, c, "content-length") && !(vn == 1 && v[0] == '0'))
         return bad(out, 400, "request body not accepted");
+    if (ieq(l, c, "host")) {
+        if (out->has_host)
+            return bad(out, 400, "repeated host");
+        if (vn >= HTTP_HOST_MAX)
+            return bad(out, 400, "host too long");
+        memcpy(out->host, v, vn);
+        out->host[vn] = 0;
+        out->has_host = 1;
+    }
     if (ieq(l, c, "authorization")) {
         if (out->has_bearer)
             return bad(out, 400, "repeated authorization");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "proxy/prefix.h"
 #include "proxy/tlslearn.h"
 
 /* --- verdicts ------------------------------------------------------------------------- */
@@ -263,6 +264,8 @@ void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
     STAT_INC(&pw->stats.accepted);
     STAT_INC(&pw->stats.active);
     conn_init(pw, c, g, fd, peer);
+    c->addr_uid = w->accept_tag == PROXY_LISTENER_PREFIX ? prefix_accept(g, fd, c->born)
+                                                         : PREFIX_NOT_VIA;
     const struct options *o = &c->gen->opt;
     guard_handshake_start(c);
     /* Behind a balancer the address is known only from the PROXY header (counted there). */

@@ -123,7 +123,7 @@ int conn_close(struct conn *c, enum conn_reason r)
     if (c->uid >= 0) {
         users_release(pw->users, (uint32_t)c->uid, &c->peer, ev_now(pw->w->loop));
         STAT_DEC(&c->us->active);
-        if (r == CR_LIMIT || r == CR_USER_REMOVED)
+        if (r == CR_LIMIT || r == CR_USER_REMOVED || r == CR_DRAINED)
             STAT_INC(&c->us->closed_limit);
     }
     handshake_done(c);

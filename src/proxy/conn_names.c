@@ -22,6 +22,7 @@ static const char *const reason_names[CR_COUNT] = {
     [CR_HANDSHAKE_CAP] = "handshake-cap",
     [CR_ACCEPT_RATE] = "accept-rate",
     [CR_UNKNOWN_SNI] = "unknown-sni",
+    [CR_DRAINED] = "drained",
 };
 
 const char *conn_reason_name(enum conn_reason r)

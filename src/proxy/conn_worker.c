@@ -52,6 +52,67 @@ static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
     }
 }
 
+/* removed-user = drain: the drain timer is set for the earliest drain_at among the live
+ * connections (next; 0 = none drains: stopped). */
+static void drain_schedule(struct proxy_worker *pw, double next)
+{
+    struct ev_loop *loop = pw->w->loop;
+    ev_timer_stop(loop, &pw->drain_timer);
+    if (next == 0)
+        return;
+    double in = next - ev_now(loop);
+    ev_timer_set(&pw->drain_timer, in > 0 ? in : 0, 0);
+    ev_timer_start(loop, &pw->drain_timer);
+}
+
+/* The drain timer: connections of removed users whose drain-timeout passed are closed. Walks
+ * the live list only when a drain ends (the data path never looks at drain_at). */
+static void on_drain_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct proxy_worker *pw = t->data;
+    double now = ev_now(loop), next = 0;
+    for (struct conn *c = pw->live, *n; c; c = n) {
+        n = c->next;
+        if (c->drain_at == 0)
+            continue;
+        if (c->drain_at <= now)
+            conn_close(c, CR_DRAINED);
+        else if (next == 0 || c->drain_at < next)
+            next = c->drain_at;
+    }
+    drain_schedule(pw, next);
+}
+
+/* A new generation: users it does not have lose their live connections at once
+ * (removed-user = close) or once drain-timeout has passed (drain); users it has again stop
+ * draining (gen_user_fate). */
+static void gen_users_apply(struct proxy_worker *pw, const struct gen *g)
+{
+    double now = ev_now(pw->w->loop), next = 0;
+    unsigned started = 0;
+    for (struct conn *c = pw->live, *n; c; c = n) {
+        n = c->next;
+        int was = c->drain_at != 0;
+        switch (gen_user_fate(g, c->uid, now, &c->drain_at)) {
+        case GEN_CLOSE:
+            conn_close(c, CR_USER_REMOVED);
+            break;
+        case GEN_DRAIN:
+            started += !was;
+            if (next == 0 || c->drain_at < next)
+                next = c->drain_at;
+            break;
+        case GEN_KEEP:
+            break;
+        }
+    }
+    if (started)
+        log_info("w%d: live connections of removed users go on (removed-user = drain): %u, "
+                 "closed in %.0f s at the latest", pw->w->id, started,
+                 g->opt.drain_timeout_ms / 1000.0);
+    drain_schedule(pw, next);
+}
+
 /* Worker thread: switches to the generation main posted. */
 static void gen_adopt(struct proxy_worker *pw, struct gen *g)
 {
@@ -85,13 +146,8 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     } else {
         pw->dcpool.dcs = &g->dcs;
     }
-    if (old) { /* users the new generation does not have lose their connections */
-        for (struct conn *c = pw->live, *next; c; c = next) {
-            next = c->next;
-            if (c->uid >= 0 && ((uint32_t)c->uid >= g->nusers || !g->live[c->uid]))
-                conn_close(c, CR_USER_REMOVED);
-        }
-    }
+    if (old)
+        gen_users_apply(pw, g);
     middle_adopt(pw, g, old); /* another ME table: links to it, the old ones drain */
     gen_unref(old);
 }
@@ -126,6 +182,7 @@ void proxy_on_stop(struct worker *w)
     middle_stop(pw);
     ev_timer_stop(w->loop, &pw->loglim_timer);
     ev_timer_stop(w->loop, &pw->sweep_timer);
+    ev_timer_stop(w->loop, &pw->drain_timer);
     if (pw->learn && w->id == 0)
         tlslearn_stop(pw->learn);
     crypto_thread_cleanup(); /* the thread's one-shot cipher context */
@@ -199,6 +256,8 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
     ev_timer_init(&pw->sweep_timer, on_sweep_timer, 1.0, 1.0);
     pw->sweep_timer.data = pw;
     ev_timer_start(w->loop, &pw->sweep_timer);
+    ev_init(&pw->drain_timer, on_drain_timer);
+    pw->drain_timer.data = pw;
     if (opt->max_handshakes)
         pw->handshakes_max = (uint32_t)((opt->max_handshakes + nworkers - 1) / nworkers);
     gen_ref(g);

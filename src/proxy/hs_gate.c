@@ -2,12 +2,14 @@
 #include "proxy/conn_int.h"
 
 #include "core/log.h"
+#include "proxy/prefix.h"
 
 /* --- users: limits at admission --------------------------------------------------------- */
 
 /* A client proved secret idx (of c->gen): its user is admitted under its limits, or refused.
  * Returns 0 (admitted: c->uid, c->us, c->lim set, counted), or -1 (refused: counted and
- * logged once per user per minute; the caller rejects it like a bad client). */
+ * logged once per user per minute; the caller rejects it like a bad client), or
+ * GATE_FOREIGN_ADDR (the same, for a listen-prefix connection on an address not the user's). */
 int gate_user(struct conn *c, uint32_t idx)
 {
     struct proxy_worker *pw = c->pw;
@@ -15,6 +17,16 @@ int gate_user(struct conn *c, uint32_t idx)
     uint32_t uid = g->uid[idx];
     const struct user_limit *lim = g->lim[idx];
     double now = ev_now(pw->w->loop);
+    if (c->addr_uid != PREFIX_NOT_VIA && c->addr_uid != (int32_t)uid) {
+        /* listen-prefix: on another user's address (or no user's): a link shared beyond its
+         * user opens no one else's address */
+        STAT_INC(&users_wstats(pw->users, pw->w->id, uid)->foreign_addr);
+        if (users_log_allowed(pw->users, uid, now))
+            log_info("user %s: connection on %s address refused (logged once a minute per "
+                     "user)", users_name(pw->users, uid),
+                     c->addr_uid == PREFIX_NOBODY ? "no user's" : "another user's");
+        return GATE_FOREIGN_ADDR;
+    }
     /* Started under an older generation: a user removed since is refused (the one read of
      * the worker's newest generation for a connection, on purpose). */
     const struct gen *cur = pw->gen;

@@ -55,8 +55,10 @@ static int obfs2_admit(struct conn *c, const struct obfs2_hello *h, enum conn_re
         if (g == STORE_REPLAY) {
             STAT_INC(&pw->stats.replays);
             why = "replayed header (replay store)";
-        } else if (gate_user(c, c->secret_idx)) {
-            why = "user over a limit";
+        } else {
+            int refused = gate_user(c, c->secret_idx);
+            why = !refused ? NULL
+                  : refused == GATE_FOREIGN_ADDR ? "not the user's address" : "user over a limit";
         }
     }
     if (!why)

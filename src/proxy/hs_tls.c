@@ -154,8 +154,10 @@ static const char *tls_hello_gates(struct conn *c, const struct faketls_hello *h
         STAT_INC(&pw->stats.replays);
         return "FakeTLS hello: replayed (replay store)";
     }
-    if (gate_user(c, (uint32_t)idx)) /* fronted like a probe */
-        return "FakeTLS hello: user over a limit";
+    int refused = gate_user(c, (uint32_t)idx); /* fronted like a probe */
+    if (refused)
+        return refused == GATE_FOREIGN_ADDR ? "FakeTLS hello: not the user's address"
+                                            : "FakeTLS hello: user over a limit";
     return NULL;
 }
 

@@ -1,19 +1,25 @@
-/* metrics.c: a small bounded HTTP/1.1 server on each worker's loop: /metrics, /stats, the status page, QR codes. */
+/* metrics.c: a small bounded HTTP/1.1 server on a low-priority thread of its own: /metrics, /stats, the status page, QR codes. */
 #include "proxy/metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
 #include "core/replay.h"
 #include "proto/http.h"
 #include "proxy/counters.h"
+#include "proxy/prefix.h"
 #include "proxy/qr.h"
 #include "proxy/reload.h"
 
@@ -35,6 +41,43 @@ int metrics_link_host(const struct options *o, char *host, size_t hostlen)
     return o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
 }
 
+int metrics_host_is_loopback(const char *host)
+{
+    char name[256];
+    const char *port;
+    if (host[0] == '[') { /* [v6]:port */
+        const char *e = strchr(host, ']');
+        if (!e || (size_t)(e - host - 1) >= sizeof name)
+            return 0;
+        memcpy(name, host + 1, (size_t)(e - host - 1));
+        name[e - host - 1] = 0;
+        port = e + 1;
+        struct in6_addr a6;
+        if (inet_pton(AF_INET6, name, &a6) != 1 || !IN6_IS_ADDR_LOOPBACK(&a6))
+            return 0;
+    } else {
+        const char *c = strchr(host, ':');
+        size_t n = c ? (size_t)(c - host) : strlen(host);
+        if (n >= sizeof name)
+            return 0;
+        memcpy(name, host, n);
+        name[n] = 0;
+        port = host + n;
+        struct in_addr a4;
+        if (strcasecmp(name, "localhost") != 0 &&
+            !(inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127))
+            return 0;
+    }
+    if (!*port)
+        return 1;
+    if (*port++ != ':' || !*port || strlen(port) > 5)
+        return 0;
+    for (; *port; port++)
+        if (*port < '0' || *port > '9')
+            return 0;
+    return 1;
+}
+
 int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
                         struct proxy_worker *pws, struct worker *ws, int nworkers,
                         struct replay *replay)
@@ -46,11 +89,7 @@ int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
     ms->nworkers = nworkers;
     ms->replay = replay;
     ms->start_time = time(NULL);
-    const struct sock_addr *a = &opt->metrics_addr;
-    ms->loopback = (a->u.sa.sa_family == AF_INET &&
-                    (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127) ||
-                   (a->u.sa.sa_family == AF_INET6 &&
-                    IN6_IS_ADDR_LOOPBACK(&a->u.in6.sin6_addr));
+    ms->loopback = sock_addr_is_loopback(&opt->metrics_addr);
     return 0;
 }
 
@@ -127,7 +166,7 @@ static double worker_cpu(const struct worker *w)
 /* The metrics servers' counters (struct metrics_stats): field, outcome label. */
 #define HTTP_COUNTERS(X)                                                                       \
     X(requests, "answered") X(bad_requests, "bad") X(unauthorized, "unauthorized")             \
-    X(evicted, "evicted") X(timeouts, "timeout")
+    X(evicted, "evicted") X(timeouts, "timeout") X(misdirected, "misdirected")
 
 /* The sums over workers that both formats use. */
 struct totals {
@@ -137,6 +176,7 @@ struct totals {
         pipes_max;
     uint64_t http[0 HTTP_COUNTERS(COUNTERS_ONE)]; /* in HTTP_COUNTERS's order */
     uint64_t pool_ready;
+    uint64_t renders;
 };
 
 static void totals_collect(const struct metrics_shared *ms, struct totals *t)
@@ -157,13 +197,13 @@ static void totals_collect(const struct metrics_shared *ms, struct totals *t)
         t->pipes_lent += (uint64_t)__atomic_load_n(&pw->pipes_out, __ATOMIC_RELAXED);
         t->pipes_idle += (uint64_t)__atomic_load_n(&pw->npipes, __ATOMIC_RELAXED);
         t->pipes_max += (uint64_t)pw->pipes_cap;
-        if (ms->mws) {
-            const struct metrics_stats *h = &ms->mws[i].stats;
-            int k = 0;
-#define HTTP_SUM(f, label) t->http[k++] += STAT_GET(&h->f);
-            HTTP_COUNTERS(HTTP_SUM)
+    }
+    if (ms->http) {
+        int k = 0;
+#define HTTP_SUM(f, label) t->http[k++] = STAT_GET(&ms->http->f);
+        HTTP_COUNTERS(HTTP_SUM)
 #undef HTTP_SUM
-        }
+        t->renders = STAT_GET(&ms->http->renders);
     }
 }
 
@@ -206,6 +246,10 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
     UH(EXPIRY)                                                                                 \
     UF("user_quota_used_bytes", "gauge", "Bytes counted against each user's quota.")           \
     US(quota_used, NULL, NULL, "quota_used")                                                   \
+    UF("user_foreign_address_refusals_total", "counter",                                       \
+       "listen-prefix: connections with the user's secret refused on an address not the "      \
+       "user's.")                                                                              \
+    US(foreign_addr, NULL, NULL, "foreign_address_refusals")                                   \
     UF("user_quota_reset_timestamp_seconds", "gauge",                                          \
        "When each user's periodic quota (SIZE/day, /week, /month) next starts over.")          \
     UH(QUOTA_RESET)
@@ -362,12 +406,16 @@ static void emit_resources(const struct metrics_shared *ms, const struct options
     }
 
     family(e, "http_requests_total", "counter",
-           "Metrics server requests by outcome (answered, bad, unauthorized, evicted, timeout).");
+           "Metrics server requests by outcome (answered, bad, unauthorized, evicted, timeout, "
+           "misdirected: a foreign Host on a loopback address).");
     int k = 0;
 #define HTTP_SAMPLE(f, label)                                                                  \
     u64(e, "http_requests_total", "outcome", label, NULL, NULL, t->http[k++]);
     HTTP_COUNTERS(HTTP_SAMPLE)
 #undef HTTP_SAMPLE
+    single(e, "http_renders_total", "counter",
+           "/metrics and /stats bodies rendered (the others were served from the cache).",
+           t->renders);
 }
 
 /* The families and samples the table leaves to hand code (H rows of proxy/counters.h): the
@@ -448,9 +496,9 @@ static void emit_hand(const struct metrics_shared *ms, const struct gen *g,
     }
 }
 
-/* Every metric, in either format: the counter table's rows in order. */
-static void emit_all(const struct metrics_shared *ms, const struct gen *g,
-                     const struct totals *t, struct emit *e)
+/* The counter table's rows in order. */
+static void emit_table(const struct metrics_shared *ms, const struct gen *g,
+                       const struct totals *t, struct emit *e)
 {
     const char *fam = NULL;
     for (size_t i = 0; i < counters_nrows; i++) {
@@ -464,6 +512,22 @@ static void emit_all(const struct metrics_shared *ms, const struct gen *g,
             emit_hand(ms, g, t, e, r->hand);
         }
     }
+}
+
+/* The sections of /metrics, and of /stats's "metrics" array, in this order: each writes its
+ * families through e (family, sample, u64...: either format). Add a section here. */
+typedef void (*metrics_section_fn)(const struct metrics_shared *ms, const struct gen *g,
+                                   const struct totals *t, struct emit *e);
+static const metrics_section_fn sections[] = {
+    emit_table,
+};
+
+/* Every metric, in either format. */
+static void emit_all(const struct metrics_shared *ms, const struct gen *g,
+                     const struct totals *t, struct emit *e)
+{
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        sections[i](ms, g, t, e);
 }
 
 int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen *g,
@@ -523,8 +587,12 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
         if (reset) /* a periodic quota only: its period and the next reset (unix s) */
             sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
                         (long long)reset);
-        char tg[1024], https[1024];
-        if (links && !secret_links(sec, host, port, tg, sizeof tg, https, sizeof https))
+        char tg[1024], https[1024], uhost[256];
+        snprintf(uhost, sizeof uhost, "%s", host);
+        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);
+        if (links && o->user_addr) /* as secret as the links: a censor would block them */
+            sbuf_printf(out, ",\"address\":\"%s\"", uhost);
+        if (links && !secret_links(sec, uhost, uport, tg, sizeof tg, https, sizeof https))
             sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
         sbuf_printf(out, "}");
     }
@@ -539,14 +607,156 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
 
 /* --- the server ------------------------------------------------------------------------ */
 
+/* A response body: shared by every connection sending it and by the cache (one reference
+ * each); the last reference frees it, so a slow reader keeps an old body alive while the
+ * cache moves on. Only the server's thread touches it. */
+struct mbody {
+    int refs;
+    int owned;         /* p is the body's own memory (else static: the status page) */
+    const char *p;
+    size_t len, cap;
+    struct metrics_server *home; /* a cached body: its memory goes to home's spare[kind] */
+    int kind;
+    uint64_t serial;   /* the generation it was rendered from */
+    double born;       /* when its rendering started (seconds, monotonic) */
+    double cost;       /* the CPU time its rendering took (seconds) */
+};
+
+enum { MB_METRICS, MB_STATS, MB_COUNT };
+
+/* The memory of a cached body no longer used, for the next rendering of its kind: in steady
+ * state rendering allocates nothing (no mmap, munmap or page faults, which would make the
+ * relays' threads wait for the process's memory map or a TLB flush). */
+struct mspare {
+    char *p;
+    size_t cap;
+};
+
+struct metrics_conn {
+    struct metrics_server *s;
+    int fd;                 /* -1: slot free */
+    ev_io io;
+    ev_timer timer;
+    ev_tstamp born;
+    uint8_t src[16];        /* the peer's address (IPv4 as ::ffff:a.b.c.d) */
+    enum { MC_READ = 0, MC_WRITE, MC_LINGER } state;
+    size_t len;             /* request bytes in req */
+    uint8_t req[METRICS_REQ_MAX];
+    char head[1280];        /* status line and headers, then a short text body if any */
+    size_t head_len;
+    struct mbody *body;     /* a reference, or NULL (no body, or HEAD) */
+    size_t off;             /* bytes of head, then body, written */
+};
+
+struct metrics_server {
+    struct metrics_shared *ms;
+    int lfd;
+    struct ev_loop *loop;   /* made by metrics_server_start (after any fork) */
+    pthread_t thread;
+    int started;
+    ev_io lio;
+    ev_timer retry;         /* accepting again after running out of descriptors */
+    ev_async wake;          /* a new generation, or stop */
+    _Atomic int stop;
+    struct gen *_Atomic next_gen; /* posted by main, one reference */
+    struct gen *gen;              /* served now, one reference */
+    struct mbody *cache[MB_COUNT];
+    struct mspare spare[MB_COUNT];
+    struct mbody *status_page;
+    struct metrics_stats stats;
+    struct metrics_conn conns[METRICS_MAX_CONNS];
+};
+
+static double clock_now(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static struct mbody *body_new(const char *p, size_t len, int owned)
+{
+    struct mbody *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->refs = 1;
+    b->owned = owned;
+    b->p = p;
+    b->len = len;
+    return b;
+}
+
+static void body_unref(struct mbody *b)
+{
+    if (!b || --b->refs > 0)
+        return;
+    struct mspare *sp = b->home ? &b->home->spare[b->kind] : NULL;
+    if (sp && !sp->p) {
+        sp->p = (char *)b->p;
+        sp->cap = b->cap;
+    } else if (b->owned) {
+        free((char *)b->p);
+    }
+    free(b);
+}
+
+/* An sbuf's text as a body (the sbuf is emptied), or NULL (it failed, or out of memory). */
+static struct mbody *body_of(struct sbuf *out)
+{
+    struct mbody *b = out->failed ? NULL : body_new(out->p ? out->p : "", out->len, out->p != NULL);
+    if (!b)
+        sbuf_free(out);
+    else
+        b->cap = out->cap;
+    return b;
+}
+
+/* /metrics or /stats (which) as served now: the cached body while it is fresh (rendered from
+ * the generation served now, less than METRICS_CACHE_FACTOR times the CPU time its rendering
+ * took ago, at most METRICS_CACHE_MAX), else a new one, cached. CPU time, not wall time: a
+ * render that waited for the CPU (the relays come first) cost the process nothing more.
+ * Returns a reference, or NULL (out of memory, or larger than METRICS_BODY_MAX). */
+static struct mbody *body_get(struct metrics_server *s, int which, int links)
+{
+    double now = clock_now(CLOCK_MONOTONIC), cpu = clock_now(CLOCK_THREAD_CPUTIME_ID);
+    struct mbody *b = s->cache[which];
+    if (b && b->serial == s->gen->serial) {
+        double ttl = METRICS_CACHE_FACTOR * b->cost;
+        if (now - b->born < (ttl < METRICS_CACHE_MAX ? ttl : METRICS_CACHE_MAX)) {
+            b->refs++;
+            return b;
+        }
+    }
+    struct mspare *sp = &s->spare[which];
+    struct sbuf out = {.p = sp->p, .cap = sp->cap, .max = METRICS_BODY_MAX};
+    *sp = (struct mspare){0};
+    if (which == MB_METRICS)
+        metrics_render_prometheus(s->ms, s->gen, &out);
+    else
+        metrics_render_json(s->ms, s->gen, links, &out);
+    STAT_INC(&s->stats.renders);
+    if (!(b = body_of(&out)))
+        return NULL;
+    b->home = s;
+    b->kind = which;
+    b->serial = s->gen->serial;
+    b->born = now;
+    b->cost = clock_now(CLOCK_THREAD_CPUTIME_ID) - cpu;
+    body_unref(s->cache[which]);
+    s->cache[which] = b;
+    b->refs++;
+    return b;
+}
+
 static void mconn_close(struct metrics_conn *m)
 {
-    struct ev_loop *loop = m->mw->w->loop;
+    struct ev_loop *loop = m->s->loop;
     ev_io_stop(loop, &m->io);
     ev_timer_stop(loop, &m->timer);
     close(m->fd);
     m->fd = -1;
-    sbuf_free(&m->out);
+    body_unref(m->body);
+    m->body = NULL;
 }
 
 /* What a send/recv result means: IO_MOVED bytes moved, IO_AGAIN retry at once (EINTR),
@@ -564,37 +774,64 @@ static enum io_step io_step(ssize_t n)
     return IO_END;
 }
 
+/* (Re)arms m's deadline: timeout seconds from now. */
+static void mconn_deadline(struct metrics_conn *m, double timeout)
+{
+    ev_timer_stop(m->s->loop, &m->timer);
+    ev_timer_set(&m->timer, timeout, 0);
+    ev_timer_start(m->s->loop, &m->timer);
+}
+
 /* (Re)arms m's watcher for events and its deadline. */
 static void mconn_watch(struct metrics_conn *m, int events, double timeout)
 {
-    struct ev_loop *loop = m->mw->w->loop;
+    struct ev_loop *loop = m->s->loop;
     ev_io_stop(loop, &m->io);
     ev_io_set(&m->io, m->fd, events);
     ev_io_start(loop, &m->io);
-    ev_timer_stop(loop, &m->timer);
-    ev_timer_set(&m->timer, timeout, 0);
-    ev_timer_start(loop, &m->timer);
+    mconn_deadline(m, timeout);
 }
 
-/* Writes what is left of the response. Once all is written: FIN, then a lingering close
- * (bytes the client pipelined are read and dropped for a moment, so that closing with them
- * unread does not reset the connection before the client read the answer). */
+/* Writes what is left of the response: the head, then the shared body from m->off on, at
+ * most METRICS_SEND_CHUNK bytes a call; every send that moves bytes restarts the
+ * METRICS_WRITE_IDLE deadline. Once all is written: FIN,
+ * then a lingering close (bytes the client pipelined are read and dropped for a moment, so
+ * that closing with them unread does not reset the connection before the client read the
+ * answer). */
 static void mconn_write(struct metrics_conn *m)
 {
-    while (m->off < m->out.len) {
-        ssize_t n = send(m->fd, m->out.p + m->off, m->out.len - m->off, MSG_NOSIGNAL);
-        enum io_step st = io_step(n);
-        if (st == IO_WAIT)
+    size_t blen = m->body ? m->body->len : 0, total = m->head_len + blen;
+    int moved = 0;
+    while (m->off < total) {
+        struct iovec iov[2];
+        int n = 0;
+        if (m->off < m->head_len)
+            iov[n++] = (struct iovec){m->head + m->off, m->head_len - m->off};
+        size_t bo = m->off > m->head_len ? m->off - m->head_len : 0;
+        if (bo < blen)
+            iov[n++] = (struct iovec){(char *)m->body->p + bo,
+                                      blen - bo < METRICS_SEND_CHUNK ? blen - bo
+                                                                     : METRICS_SEND_CHUNK};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t r = sendmsg(m->fd, &mh, MSG_NOSIGNAL);
+        enum io_step st = io_step(r);
+        if (st == IO_WAIT) {
+            if (moved)
+                mconn_deadline(m, METRICS_WRITE_IDLE);
             return;
+        }
         if (st == IO_END) {
             mconn_close(m);
             return;
         }
-        if (st == IO_MOVED)
-            m->off += (size_t)n;
+        if (st == IO_MOVED) {
+            m->off += (size_t)r;
+            moved = 1;
+        }
     }
     shutdown(m->fd, SHUT_WR);
-    sbuf_free(&m->out);
+    body_unref(m->body);
+    m->body = NULL;
     m->state = MC_LINGER;
     m->len = 0;
     mconn_watch(m, EV_READ, METRICS_LINGER_TIMEOUT);
@@ -624,95 +861,116 @@ static const char *status_text(int code)
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 414: return "URI Too Long";
+    case 421: return "Misdirected Request";
     case 431: return "Request Header Fields Too Large";
     case 503: return "Service Unavailable";
     default: return "HTTP Version Not Supported";
     }
 }
 
-/* Builds the whole response in m->out: head, then body (unless HEAD). */
-static void respond(struct metrics_conn *m, int code, const char *type, const char *body,
-                    size_t len, int head_only)
+/* Sets m's response: head, then body (a reference handed over; dropped for HEAD), or the
+ * short text (body NULL; at most a few hundred bytes). */
+static void respond(struct metrics_conn *m, int code, const char *type, struct mbody *body,
+                    const char *text, int head_only)
 {
-    struct sbuf *b = &m->out;
-    sbuf_printf(b,
-                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                "Connection: close\r\nCache-Control: no-store\r\n"
-                "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n"
-                "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
-                "style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
-                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n%s\r\n",
-                code, status_text(code), type, len,
-                code == 401 ? "WWW-Authenticate: Bearer realm=\"mtproxy\"\r\n" : "");
-    if (!head_only)
-        sbuf_add(b, body, len);
+    size_t len = body ? body->len : strlen(text);
+    int n = snprintf(m->head, sizeof m->head,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\nCache-Control: no-store\r\n"
+                     "X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n"
+                     "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
+                     "style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+                     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n%s\r\n%s",
+                     code, status_text(code), type, len,
+                     code == 401 ? "WWW-Authenticate: Bearer realm=\"mtproxy\"\r\n" : "",
+                     body || head_only ? "" : text);
+    m->head_len = n < 0 ? 0 : (size_t)n < sizeof m->head ? (size_t)n : sizeof m->head - 1;
+    if (head_only) {
+        body_unref(body);
+        body = NULL;
+    }
+    m->body = body;
 }
 
 static void respond_text(struct metrics_conn *m, int code, const char *text, int head_only)
 {
-    respond(m, code, "text/plain; charset=utf-8", text, strlen(text), head_only);
+    respond(m, code, "text/plain; charset=utf-8", NULL, text, head_only);
 }
 
-/* Serves one parsed request into m->out. */
+/* /qr/NAME.svg: the t.me link of user NAME of g as a QR code, or NULL. */
+static struct mbody *qr_body(const struct gen *g, const char *name)
+{
+    size_t n = strlen(name);
+    const struct options *o = &g->opt;
+    char host[256];
+    int port = metrics_link_host(o, host, sizeof host);
+    for (int i = 0; n > 4 && !strcmp(name + n - 4, ".svg") && i < o->nsecrets; i++) {
+        if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
+            continue;
+        char tg[1024], https[1024];
+        struct sbuf out = {.max = METRICS_BODY_MAX};
+        port = prefix_link_host(o, i, host, sizeof host, port);
+        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https) ||
+            qr_svg(https, 4, &out)) {
+            sbuf_free(&out);
+            return NULL;
+        }
+        return body_of(&out);
+    }
+    return NULL;
+}
+
+/* Serves one parsed request: sets m's response. */
 static void serve(struct metrics_conn *m, const struct http_request *rq)
 {
-    const struct metrics_shared *ms = m->mw->ms;
-    /* This worker's current generation: its users, links and token. */
-    const struct gen *g = ((const struct proxy_worker *)m->mw->w->ctx)->gen;
+    struct metrics_server *s = m->s;
+    const struct metrics_shared *ms = s->ms;
+    const struct gen *g = s->gen; /* the users, links and token served now */
     const char *token = g->opt.metrics_token;
     int head = rq->method == HTTP_HEAD;
     if (token[0] && !((rq->has_bearer && http_token_equal(rq->bearer, token)) ||
                       (rq->has_token && http_token_equal(rq->token, token)))) {
-        STAT_INC(&m->mw->stats.unauthorized);
+        STAT_INC(&s->stats.unauthorized);
         respond_text(m, 401, "a token is needed: Authorization: Bearer TOKEN or ?token=TOKEN\n",
                      head);
         return;
     }
+    /* Links are served for the address alone: a page of another site that the browser
+     * resolved to loopback (DNS rebinding) must not read them; its Host is that site's. */
+    if (!token[0] && ms->loopback && rq->has_host && !metrics_host_is_loopback(rq->host)) {
+        STAT_INC(&s->stats.misdirected);
+        respond_text(m, 421, "this server answers only to Host: localhost, 127.0.0.1 or [::1] "
+                     "(or with metrics-token)\n", head);
+        return;
+    }
     int links = token[0] || ms->loopback;
-    struct sbuf body = {.max = METRICS_BODY_MAX};
+    struct mbody *body = NULL;
     const char *type = NULL;
     if (!strcmp(rq->path, "/metrics")) {
-        metrics_render_prometheus(ms, g, &body);
+        body = body_get(s, MB_METRICS, links);
         type = "text/plain; version=0.0.4; charset=utf-8";
     } else if (!strcmp(rq->path, "/stats")) {
-        metrics_render_json(ms, g, links, &body);
+        body = body_get(s, MB_STATS, links);
         type = "application/json";
     } else if (!strcmp(rq->path, "/")) {
-        sbuf_add(&body, metrics_status_html, metrics_status_html_len);
+        if ((body = s->status_page))
+            body->refs++;
         type = "text/html; charset=utf-8";
     } else if (!strncmp(rq->path, "/qr/", 4) && links) {
-        /* /qr/NAME.svg: the t.me link of user NAME. */
-        const char *name = rq->path + 4;
-        size_t n = strlen(name);
-        const struct options *o = &g->opt;
-        char host[256];
-        int port = metrics_link_host(o, host, sizeof host);
-        for (int i = 0; n > 4 && !strcmp(name + n - 4, ".svg") && i < o->nsecrets; i++) {
-            if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
-                continue;
-            char tg[1024], https[1024];
-            if (!secret_links(&o->secrets[i], host, port, tg, sizeof tg, https,
-                              sizeof https) &&
-                !qr_svg(https, 4, &body))
-                type = "image/svg+xml";
-            break;
-        }
-        if (!type && !body.failed) {
-            sbuf_free(&body);
+        if (!(body = qr_body(g, rq->path + 4))) {
             respond_text(m, 404, "no such user, or no QR codes in this build\n", head);
             return;
         }
+        type = "image/svg+xml";
     } else {
         respond_text(m, 404, "not found: try /, /metrics or /stats\n", head);
         return;
     }
-    if (body.failed) {
-        sbuf_free(&body);
+    if (!body) {
         respond_text(m, 503, "out of memory\n", head);
         return;
     }
-    respond(m, 200, type, body.p ? body.p : "", body.len, head);
-    sbuf_free(&body);
+    respond(m, 200, type, body, NULL, head);
 }
 
 static void mconn_read(struct metrics_conn *m)
@@ -735,18 +993,18 @@ static void mconn_read(struct metrics_conn *m)
     if (st == HTTP_NEED_MORE)
         return;
     if (st == HTTP_BAD) {
-        STAT_INC(&m->mw->stats.bad_requests);
+        STAT_INC(&m->s->stats.bad_requests);
         char msg[160];
         snprintf(msg, sizeof msg, "%s\n", rq.why);
         respond_text(m, rq.code, msg, 0);
     } else {
         serve(m, &rq);
     }
-    STAT_INC(&m->mw->stats.requests);
+    STAT_INC(&m->s->stats.requests);
     /* One request per connection: anything pipelined after it is never served. */
     m->state = MC_WRITE;
     m->off = 0;
-    mconn_watch(m, EV_WRITE, METRICS_WRITE_TIMEOUT);
+    mconn_watch(m, EV_WRITE, METRICS_WRITE_IDLE);
     mconn_write(m);
 }
 
@@ -765,56 +1023,92 @@ static void on_mconn_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct metrics_conn *m = t->data;
     if (m->state != MC_LINGER)
-        STAT_INC(&m->mw->stats.timeouts);
+        STAT_INC(&m->s->stats.timeouts);
     mconn_close(m);
 }
 
-/* A free slot, or the slot of the oldest connection still reading (closed for the new one),
- * or NULL when every slot is writing a response. */
-static struct metrics_conn *slot_get(struct metrics_worker *mw)
+/* Closes m to give its slot to a new connection. */
+static struct metrics_conn *slot_evict(struct metrics_server *s, struct metrics_conn *m)
 {
-    struct metrics_conn *oldest = NULL;
+    if (m->state == MC_READ)
+        STAT_INC(&s->stats.evicted);
+    mconn_close(m);
+    return m;
+}
+
+/* A slot for a new connection from src: a source that already has METRICS_MAX_PER_SOURCE
+ * connections gets the slot of its own oldest one not writing a response (or none); else a
+ * free slot, or the slot of the oldest connection not writing a response. NULL: none. */
+static struct metrics_conn *slot_get(struct metrics_server *s, const uint8_t src[16])
+{
+    struct metrics_conn *free_slot = NULL, *oldest = NULL, *oldest_mine = NULL;
+    int mine = 0;
     for (int i = 0; i < METRICS_MAX_CONNS; i++) {
-        struct metrics_conn *m = &mw->conns[i];
-        if (m->fd < 0)
-            return m;
-        if (m->state != MC_WRITE && (!oldest || m->born < oldest->born))
+        struct metrics_conn *m = &s->conns[i];
+        if (m->fd < 0) {
+            if (!free_slot)
+                free_slot = m;
+            continue;
+        }
+        int same = !memcmp(m->src, src, 16);
+        mine += same;
+        if (m->state == MC_WRITE)
+            continue;
+        if (!oldest || m->born < oldest->born)
             oldest = m;
+        if (same && (!oldest_mine || m->born < oldest_mine->born))
+            oldest_mine = m;
     }
-    if (oldest) {
-        if (oldest->state == MC_READ)
-            STAT_INC(&mw->stats.evicted);
-        mconn_close(oldest);
+    if (mine >= METRICS_MAX_PER_SOURCE)
+        return oldest_mine ? slot_evict(s, oldest_mine) : NULL;
+    if (free_slot)
+        return free_slot;
+    return oldest ? slot_evict(s, oldest) : NULL;
+}
+
+static void source_key(const struct sockaddr_storage *ss, uint8_t k[16])
+{
+    memset(k, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        k[10] = k[11] = 0xff;
+        memcpy(k + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        memcpy(k, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
     }
-    return oldest;
 }
 
 static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
-    struct metrics_worker *mw = io->data;
+    struct metrics_server *s = io->data;
     for (int i = 0; i < 16; i++) {
-        int fd = accept4(mw->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
                        errno == ENOMEM)) {
             /* Out of descriptors: the socket stays readable; wait instead of spinning. */
-            ev_io_stop(loop, &mw->lio);
-            ev_timer_start(loop, &mw->retry);
+            ev_io_stop(loop, &s->lio);
+            ev_timer_start(loop, &s->retry);
             return;
         }
         if (fd < 0)
             return; /* EAGAIN, or a connection that went away */
-        struct metrics_conn *m = slot_get(mw);
+        uint8_t src[16];
+        source_key(&ss, src);
+        struct metrics_conn *m = slot_get(s, src);
         if (!m) {
             close(fd);
-            STAT_INC(&mw->stats.evicted);
+            STAT_INC(&s->stats.evicted);
             continue;
         }
         m->fd = fd;
+        memcpy(m->src, src, 16);
         m->len = 0;
         m->off = 0;
+        m->head_len = 0;
+        m->body = NULL;
         m->state = MC_READ;
         m->born = ev_now(loop);
-        memset(&m->out, 0, sizeof m->out);
         ev_io_set(&m->io, fd, EV_READ);
         ev_io_start(loop, &m->io);
         ev_timer_set(&m->timer, METRICS_READ_TIMEOUT, 0);
@@ -824,48 +1118,128 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
 
 static void on_metrics_retry(struct ev_loop *loop, ev_timer *t, int revents)
 {
-    struct metrics_worker *mw = t->data;
-    ev_io_start(loop, &mw->lio);
+    struct metrics_server *s = t->data;
+    ev_io_start(loop, &s->lio);
 }
 
-int metrics_worker_start(struct metrics_worker *mw, const struct metrics_shared *ms,
-                         struct worker *w, int lfd)
+/* A new generation (its cached bodies go stale with it), or stop. */
+static void on_metrics_wake(struct ev_loop *loop, ev_async *a, int revents)
 {
-    memset(mw, 0, sizeof *mw);
-    mw->ms = ms;
-    mw->w = w;
-    mw->lfd = lfd;
-    mw->conns = calloc(METRICS_MAX_CONNS, sizeof *mw->conns);
-    if (!mw->conns)
-        return -1;
+    struct metrics_server *s = a->data;
+    struct gen *g = atomic_exchange(&s->next_gen, NULL);
+    if (g) {
+        gen_unref(s->gen);
+        s->gen = g;
+    }
+    if (atomic_load(&s->stop))
+        ev_break(loop, EVBREAK_ALL);
+}
+
+struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen *g, int lfd)
+{
+    struct metrics_server *s = calloc(1, sizeof *s);
+    if (s)
+        s->status_page = body_new(metrics_status_html, metrics_status_html_len, 0);
+    if (!s || !s->status_page) {
+        free(s);
+        close(lfd);
+        return NULL;
+    }
+    s->ms = ms;
+    ms->http = &s->stats;
+    s->lfd = lfd;
+    gen_ref(g);
+    s->gen = g;
     for (int i = 0; i < METRICS_MAX_CONNS; i++) {
-        struct metrics_conn *m = &mw->conns[i];
-        m->mw = mw;
+        struct metrics_conn *m = &s->conns[i];
+        m->s = s;
         m->fd = -1;
         ev_io_init(&m->io, on_mconn_io, -1, EV_READ);
         m->io.data = m;
         ev_timer_init(&m->timer, on_mconn_timer, METRICS_READ_TIMEOUT, 0);
         m->timer.data = m;
     }
-    ev_io_init(&mw->lio, on_metrics_accept, lfd, EV_READ);
-    mw->lio.data = mw;
-    ev_timer_init(&mw->retry, on_metrics_retry, 0.25, 0);
-    mw->retry.data = mw;
-    ev_io_start(w->loop, &mw->lio);
+    ev_io_init(&s->lio, on_metrics_accept, lfd, EV_READ);
+    s->lio.data = s;
+    ev_timer_init(&s->retry, on_metrics_retry, 0.25, 0);
+    s->retry.data = s;
+    ev_async_init(&s->wake, on_metrics_wake);
+    s->wake.data = s;
+    return s;
+}
+
+/* The server thread: the smallest share of a CPU, so that relays always win. SCHED_IDLE: a
+ * relay thread that wakes preempts it at once, and it never preempts one (nice 19, the next
+ * best, still runs out a slice of ~1 ms before a waking thread gets the CPU); nice 19 too, if
+ * SCHED_IDLE is refused. Both are this thread's own on Linux; a refusal (a container) is
+ * only logged. */
+static void *metrics_thread(void *arg)
+{
+    struct metrics_server *s = arg;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0)
+        log_debug("metrics: nice 19: %s", strerror(errno));
+#ifdef SCHED_IDLE
+    struct sched_param sp = {0};
+    int rc = pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    if (rc)
+        log_debug("metrics: SCHED_IDLE: %s", strerror(rc));
+#endif
+    ev_run(s->loop, 0);
+    return NULL;
+}
+
+int metrics_server_start(struct metrics_server *s)
+{
+    if (!(s->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK)))
+        return ENOMEM;
+    ev_io_start(s->loop, &s->lio);
+    ev_async_start(s->loop, &s->wake);
+    ev_async_send(s->loop, &s->wake); /* a generation posted before the start */
+    int rc = pthread_create(&s->thread, NULL, metrics_thread, s);
+    if (rc)
+        return rc;
+    s->started = 1;
     return 0;
 }
 
-void metrics_worker_destroy(struct metrics_worker *mw)
+void metrics_server_post_gen(struct metrics_server *s, struct gen *g)
 {
-    if (!mw->conns)
+    gen_ref(g);
+    gen_unref(atomic_exchange(&s->next_gen, g));
+    if (s->loop)
+        ev_async_send(s->loop, &s->wake);
+}
+
+void metrics_server_stop(struct metrics_server *s)
+{
+    if (!s || !s->started)
+        return;
+    atomic_store(&s->stop, 1);
+    ev_async_send(s->loop, &s->wake);
+    pthread_join(s->thread, NULL);
+    s->started = 0;
+}
+
+void metrics_server_free(struct metrics_server *s)
+{
+    if (!s)
         return;
     for (int i = 0; i < METRICS_MAX_CONNS; i++) {
-        struct metrics_conn *m = &mw->conns[i];
+        struct metrics_conn *m = &s->conns[i];
         if (m->fd >= 0)
             close(m->fd);
-        sbuf_free(&m->out);
+        body_unref(m->body);
     }
-    free(mw->conns);
-    mw->conns = NULL;
-    close(mw->lfd);
+    for (int i = 0; i < MB_COUNT; i++)
+        body_unref(s->cache[i]);
+    for (int i = 0; i < MB_COUNT; i++)
+        free(s->spare[i].p);
+    body_unref(s->status_page);
+    close(s->lfd);
+    if (s->loop)
+        ev_loop_destroy(s->loop);
+    gen_unref(s->gen);
+    gen_unref(atomic_exchange(&s->next_gen, NULL));
+    s->ms->http = NULL;
+    free(s);
 }

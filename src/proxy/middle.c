@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -29,6 +30,8 @@
 #define ME_READ_CHUNK 65536
 #define ME_IOV_MAX 32
 #define ME_READS_PER_EVENT 8
+#define ME_STALL_ALL 10 /* graces a link stays paused before draining clients are closed too */
+#define ME_STALL_PROGRESS 8192 /* bytes a client's peer must take in a grace not to be stalled */
 
 enum me_state { ML_WAIT = 0, ML_CONNECTING, ML_NONCE, ML_HANDSHAKE, ML_READY };
 
@@ -51,6 +54,10 @@ struct me_link {
     ev_io io;
     unsigned events;
     ev_timer timer;
+    ev_timer stall;     /* while paused: closes the clients holding it after me-stall-grace */
+    ev_tstamp paused_at;
+    uint32_t pause_epoch; /* counts pauses and stall checks: clients that drained since have it */
+    uint8_t stall_judge;  /* the next stall check judges (the first of a pause only notes) */
     uint8_t state;
     uint8_t draining;   /* from an older table: no new clients; freed when empty */
     uint8_t err;        /* a write failed: fail at the next chance (never from a send) */
@@ -86,6 +93,9 @@ struct mclient {
     size_t inlen, incap;
     size_t pending_up;             /* bytes of its requests queued on the link */
     size_t accounted;              /* of c->cli.queued, what link->undelivered counts */
+    uint32_t drained_epoch;        /* its link's pause_epoch when it last drained, paused */
+    uint32_t mark_epoch;           /* its link's pause_epoch when stall_mark was taken */
+    size_t stall_mark;             /* client_unread at the link's last stall check */
     uint32_t flags;                /* RPC_PROXY_REQ flags for its framing */
     struct rpc_addr remote, ours;
 };
@@ -404,6 +414,7 @@ static void link_reset(struct me_link *l)
     l->rbuf = NULL;
     l->rlen = l->rcap = l->rdec = 0;
     l->err = l->ping_out = l->paused = 0;
+    ev_timer_stop(loop_of(l->m), &l->stall);
     if (l->state == ML_READY)
         STAT_DEC(&l->m->pw->stats.me_links_open);
     l->state = ML_WAIT;
@@ -708,17 +719,26 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
 
 /* --- answers toward clients ---------------------------------------------------------------- */
 
+/* A paused link whose clients hold at most half of me-link-buffer is read again. */
+static void link_resume(struct me_link *l)
+{
+    if (l->paused && l->undelivered <= l->m->pw->opt->me_link_buffer / 2) {
+        l->paused = 0;
+        ev_timer_stop(loop_of(l->m), &l->stall);
+        link_rewatch(l);
+    }
+}
+
 /* Keeps link->undelivered equal to what its clients hold queued; resumes a paused link. */
 static void mc_sync(struct mclient *mc)
 {
     struct me_link *l = mc->link;
     size_t q = mc->c->cli.queued;
+    if (l->paused && q < mc->accounted) /* it reads: not what holds the link */
+        mc->drained_epoch = l->pause_epoch;
     l->undelivered = l->undelivered - mc->accounted + q;
     mc->accounted = q;
-    if (l->paused && l->undelivered <= l->m->pw->opt->me_link_buffer / 2) {
-        l->paused = 0;
-        link_rewatch(l);
-    }
+    link_resume(l);
 }
 
 /* Queues p[0..n) (already encrypted for the client) toward c, in TLS records for an ee
@@ -916,6 +936,124 @@ static int link_input(struct me_link *l)
     return 0;
 }
 
+/* --- stalled clients ------------------------------------------------------------------------ */
+
+static int holder_cmp(const void *a, const void *b)
+{
+    const struct middle_holder *x = a, *y = b;
+    return x->held < y->held ? 1 : x->held > y->held ? -1 : 0;
+}
+
+int middle_stall_victims(struct middle_holder *h, int n, size_t fair, size_t target, int all)
+{
+    size_t total = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        total += h[i].held;
+        h[i].evict = 0;
+    }
+    if (n > 1)
+        qsort(h, (size_t)n, sizeof *h, holder_cmp);
+    for (int i = 0; i < n && h[i].held; i++)
+        if ((!h[i].progressed && h[i].held > fair) ||
+            ((all || !h[i].progressed) && total > target)) {
+            h[i].evict = 1;
+            total -= h[i].held;
+            k++;
+        }
+    return k;
+}
+
+static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents);
+
+/* Runs the stall check in s seconds; a new epoch (no client drained in it yet). */
+static void link_stall_arm(struct me_link *l, double s)
+{
+    struct ev_loop *loop = loop_of(l->m);
+    l->pause_epoch++;
+    ev_timer_stop(loop, &l->stall);
+    ev_timer_set(&l->stall, s, 0);
+    ev_timer_start(loop, &l->stall);
+}
+
+/* Bytes c's peer has yet to take: queued in the proxy and in the socket (unsent or unacked).
+ * It only falls while the link is paused (nothing new arrives), and only as the peer reads.
+ * *empty: the socket holds none (the peer took all it was sent: not what stalls the link). */
+static size_t client_unread(const struct mclient *mc, int *empty)
+{
+    int outq = 0;
+    if (ioctl(mc->c->cli.fd, TIOCOUTQ, &outq) || outq < 0)
+        outq = -1;
+    *empty = outq == 0;
+    return mc->accounted + (size_t)(outq > 0 ? outq : 0);
+}
+
+/* The link is still paused: a quarter of me-stall-grace after the pause each holder's unread
+ * bytes are noted; at the grace, and each grace after while it stays paused, the holders whose
+ * peer took less than ME_STALL_PROGRESS meanwhile (nothing written from their queue, the
+ * socket's unacked bytes not falling) close: the chosen of middle_stall_victims, which resumes
+ * the link. Clients that read are left to drain until the link has been paused ME_STALL_ALL
+ * graces: then the largest holders go whether they read or not. A pause shorter than a
+ * quarter grace (a busy link) costs nothing here. */
+static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct me_link *l = t->data;
+    struct proxy_worker *pw = l->m->pw;
+    double grace = pw->opt->me_stall_grace_ms / 1000.0, paused = ev_now(loop) - l->paused_at;
+    if (!l->paused || l->state != ML_READY || !l->nclients)
+        return;
+    int judge = l->stall_judge, n = 0;
+    struct middle_holder *h = judge ? calloc((size_t)l->nclients, sizeof *h) : NULL;
+    for (struct mclient *mc = l->clients; mc; mc = mc->lnext) {
+        if (!mc->accounted || mc->c->closing) /* holds nothing, or goes anyway */
+            continue;
+        int empty;
+        size_t unread = client_unread(mc, &empty);
+        int noted = mc->mark_epoch == l->pause_epoch; /* at the last check of this pause */
+        if (h && n < l->nclients)
+            h[n++] = (struct middle_holder){
+                .who = mc, .held = mc->accounted,
+                .progressed = mc->drained_epoch == l->pause_epoch || !noted || empty ||
+                              unread + ME_STALL_PROGRESS <= mc->stall_mark};
+        mc->stall_mark = unread;
+        mc->mark_epoch = l->pause_epoch + 1; /* the epoch link_stall_arm starts below */
+    }
+    int k = 0;
+    if (n) {
+        size_t fair = pw->opt->me_link_buffer / (size_t)l->nclients;
+        k = middle_stall_victims(h, n, fair, pw->opt->me_link_buffer / 2,
+                                 paused >= ME_STALL_ALL * grace);
+    }
+    char name[160];
+    link_name(l, name, sizeof name);
+    if (judge && log_enabled(LOG_LVL_DEBUG)) {
+        int reading = 0;
+        for (int i = 0; i < n; i++)
+            reading += h[i].progressed;
+        log_debug("%s: paused %.1f s, %d clients hold %zu bytes, %d of them reading: "
+                  "closing %d", name, paused, n, l->undelivered, reading, k);
+    }
+    for (int i = 0; i < n; i++) {
+        struct mclient *mc = h[i].who;
+        struct conn *c = mc->c;
+        if (!h[i].evict || c->closing)
+            continue;
+        char peer[SOCK_ADDR_STRLEN];
+        sock_addr_format(&c->peer, peer, sizeof peer);
+        log_info("w%d conn %llu %s: closed as stalled: held %zu of the %zu bytes on %s, %s, "
+                 "paused %.1f s (me-stall-grace)", pw->w->id, (unsigned long long)c->id, peer,
+                 mc->accounted, l->undelivered, name,
+                 h[i].progressed ? "the largest share" : "read none of them", paused);
+        STAT_INC(&pw->stats.me_stalled_evicted);
+        client_drop(c, CR_SLOW); /* frees mc; the link resumes once under half */
+    }
+    free(h);
+    if (l->paused) { /* its holders read, are closing already, or no memory */
+        l->stall_judge = 1;
+        link_stall_arm(l, judge ? grace : grace * 3 / 4);
+    }
+}
+
 static void link_read(struct me_link *l)
 {
     struct proxy_worker *pw = l->m->pw;
@@ -958,6 +1096,11 @@ static void link_read(struct me_link *l)
         if (link_input(l))
             return;
         if (l->state == ML_READY && l->undelivered > pw->opt->me_link_buffer) {
+            if (!l->paused) { /* clients that hold it past me-stall-grace will be closed */
+                l->paused_at = ev_now(loop_of(l->m));
+                l->stall_judge = 0;
+                link_stall_arm(l, pw->opt->me_stall_grace_ms / 4000.0);
+            }
             l->paused = 1; /* read again once its clients drained half of it */
             STAT_INC(&pw->stats.me_link_pauses);
             break;
@@ -1013,6 +1156,8 @@ static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents)
         link_fail(l, "no handshake answer in time");
         break;
     case ML_READY: {
+        if (l->paused) /* not read: its silence is ours (the stall check ends the pause) */
+            l->last_rx = ev_now(loop);
         double quiet = ev_now(loop) - l->last_rx, every = ping_interval(l);
         if (quiet >= every) {
             if (l->ping_out) {
@@ -1049,6 +1194,8 @@ static int link_add(struct middle *m, struct me_table *t, int i)
     l->fd = -1;
     ev_init(&l->timer, on_link_timer);
     l->timer.data = l;
+    ev_init(&l->stall, on_link_stall);
+    l->stall.data = l;
     l->next = m->links;
     m->links = l;
     /* spread first connects a little so workers do not start in lockstep */
@@ -1364,10 +1511,7 @@ void middle_detach(struct conn *c)
         mc->lnext->lprev = mc->lprev;
     l->nclients--;
     l->undelivered -= mc->accounted < l->undelivered ? mc->accounted : l->undelivered;
-    if (l->paused && l->undelivered <= m->pw->opt->me_link_buffer / 2) {
-        l->paused = 0;
-        link_rewatch(l);
-    }
+    link_resume(l);
     free(mc->in);
     free(mc);
     if (l->draining && !l->nclients && !l->failing) /* freed from its own callback */

@@ -31,6 +31,48 @@ static void reset_listen(void *conf)
     ((struct options *)conf)->nlisten = 0;
 }
 
+/* listen-prefix = [PREFIX]/LEN:PORT (or off). */
+static int parse_listen_prefix(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    o->prefix_on = 0;
+    if (!strcmp(v, "off"))
+        return 0;
+    const char *rb = strchr(v, ']');
+    char host[INET6_ADDRSTRLEN + 1];
+    char *end;
+    long len = -1, port = -1;
+    if (v[0] == '[' && rb && rb[1] == '/' && (size_t)(rb - v - 1) < sizeof host) {
+        memcpy(host, v + 1, (size_t)(rb - v - 1));
+        host[rb - v - 1] = 0;
+        len = strtol(rb + 2, &end, 10);
+        if (end == rb + 2 || *end != ':')
+            len = -1;
+        else
+            port = strtol(end + 1, &end, 10);
+        if (*end)
+            port = -1;
+    }
+    if (len < 0 || port < 0 || inet_pton(AF_INET6, host, &o->prefix) != 1) {
+        snprintf(err, errlen, "'%s' is not [IPV6-PREFIX]/LEN:PORT (e.g. [2001:db8:1:2::]/64:443)",
+                 v);
+        return -1;
+    }
+    if (len < 1 || len > 120 || port < 1 || port > 65535) {
+        snprintf(err, errlen, "'%s': the length must be 1..120 and the port 1..65535", v);
+        return -1;
+    }
+    for (int b = (int)len; b < 128; b++)
+        if (o->prefix.s6_addr[b / 8] & (0x80 >> (b % 8))) {
+            snprintf(err, errlen, "'%s': host bits set after /%ld", v, len);
+            return -1;
+        }
+    o->prefix_len = (int)len;
+    o->prefix_port = (int)port;
+    o->prefix_on = 1;
+    return 0;
+}
+
 static uint32_t name_hash(const char *s)
 {
     uint32_t h = 2166136261u;
@@ -392,12 +434,27 @@ static const char *const batch_modes[] = {"buffer", "cork", "msg-more", NULL};
 static const char *const fail_modes[] = {"open", "closed", NULL};
 static const char *const sni_policies[] = {"mask", "drop", "reject", NULL};
 static const char *const rst_modes[] = {"off", "probes", "always", NULL};
+static const char *const removed_modes[] = {"close", "drain", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
     {.name = "listen", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "ADDR:PORT",
      .def = "0.0.0.0:8443", .parse = parse_listen, .reset = reset_listen,
      .help = "Address and port to accept clients on; IPv6 as [::]:443. Repeat for several."},
+    {.name = "listen-prefix", .type = CFG_CUSTOM, .arg = "[PREFIX]/LEN:PORT|off", .def = "off",
+     .parse = parse_listen_prefix,
+     .help = "Accept on every address of this IPv6 prefix (e.g. [2001:db8:1:2::]/64:443), and "
+             "give each user its own address in it, derived from listen-prefix-key and the "
+             "user's name: its links carry it, and a client on another user's address (or on "
+             "no user's) is treated like a bad one. Needs a local route for the prefix "
+             "(`ip -6 route add local PREFIX/LEN dev lo`, added at start when permitted). "
+             "Combines with listen."},
+    {.name = "listen-prefix-key", .type = CFG_STRING, .offset = OFF(prefix_key), .str_size = 80,
+     .arg = "HEX", .help = "Key (64 hex digits) the users' addresses are derived from. Empty: "
+     "one is generated at first start and kept in STATE-FILE.addresses."},
+    {.name = "listen-prefix-grace", .type = CFG_DURATION, .offset = OFF(prefix_grace_ms),
+     .def = "10m", .arg = "DURATION", .help = "After `mtproxy user rotate-address NAME`, how "
+     "long the user's old address keeps serving."},
     {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "NAME:SECRET",
      .parse = parse_secret, .reset = reset_secret,
      .help = "A client secret as clients see it: 32 hex digits (plain obfuscated2: tags ef, "
@@ -424,6 +481,16 @@ const struct config_option options_table[] = {
     {.name = "ips-window", .type = CFG_DURATION, .offset = OFF(ips_window_ms), .def = "1h",
      .min = 1000, .arg = "DURATION", .help = "How long a client address counts against a "
      "user's ips limit after its last connection ended."},
+    {.name = "removed-user", .type = CFG_ENUM, .offset = OFF(removed_user), .def = "close",
+     .names = removed_modes, .arg = "close|drain", .help = "What a reload that removes a user "
+     "(its secret line gone) does to the user's live connections: close = closed at once; "
+     "drain = they go on until they end, at most drain-timeout, then are closed (reason "
+     "drained). Either way the user's new connections are refused at once (treated like a "
+     "bad client), and a user added back before its connections were closed keeps them."},
+    {.name = "drain-timeout", .type = CFG_DURATION, .offset = OFF(drain_timeout_ms),
+     .def = "10m", .min = 1000, .arg = "DURATION", .help = "removed-user = drain: how long a "
+     "removed user's live connections may go on after the reload that removed it (a later "
+     "reload does not extend it)."},
     {.name = "dc", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "'ID ADDRESS:PORT'",
      .parse = parse_dc, .reset = reset_dc,
      .help = "An address of Telegram data centre ID (negative = media, 203 = CDN, any id may "
@@ -598,6 +665,15 @@ const struct config_option options_table[] = {
      .min = 65536, .max = 1LL << 32, .arg = "BYTES", .help = "Middle-proxy mode: most bytes "
      "read from one link and not yet written to its clients; past it the link is not read "
      "until they drain. Keep it about twice me-client-buffer."},
+    {.name = "me-stall-grace", .type = CFG_DURATION, .offset = OFF(me_stall_grace_ms),
+     .def = "2s", .min = 100, .max = 60000, .arg = "DURATION", .help = "Middle-proxy mode: "
+     "a link paused (me-link-buffer reached) this long closes the clients that hold it and "
+     "whose peers took nothing (under 8 KiB) in its last three quarters: each holding more "
+     "than its share of me-link-buffer, then the largest until the link is under half "
+     "(counted as stalled). Clients still reading are left to drain, checked again after "
+     "each grace; after 10 graces paused the largest holders go whether they read or not. "
+     "Clients that stop reading below me-client-buffer would otherwise freeze the link for "
+     "everyone on it."},
     {.name = "allow", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
      .parse = parse_allow, .reset = reset_allow,
      .help = "Serve only clients from this network (an address or CIDR, IPv4 or IPv6; "
@@ -652,13 +728,22 @@ const struct config_option options_table[] = {
      .parse = parse_metrics,
      .help = "Serve Prometheus metrics (/metrics), the same as JSON (/stats) and a status "
              "page (/) with every user's links and QR codes, bytes and connections, on this "
-             "address: a small HTTP/1.1 server on each worker's loop. Put it on 127.0.0.1 and "
+             "address: a small HTTP/1.1 server on a low-priority thread of its own, each page "
+             "rendered at most about once a second however many ask. Put it on 127.0.0.1 and "
              "reach it through an SSH tunnel (ssh -L 9100:127.0.0.1:9100 HOST); without "
-             "metrics-token the page shows links only when this address is loopback."},
+             "metrics-token the page shows links only when this address is loopback, and then "
+             "only to requests whose Host is localhost, 127.0.0.0/8 or [::1] (others get 421: "
+             "a web page cannot read them through DNS rebinding). Another address needs "
+             "metrics-token or metrics-public = on."},
     {.name = "metrics-token", .type = CFG_STRING, .offset = OFF(metrics_token), .str_size = 256,
      .arg = "STRING", .help = "With this set, every metrics request must carry it "
      "(Authorization: Bearer STRING, or ?token=STRING in the URL; the status page passes it "
      "on), and the page shows the links on any address. Treat it like a secret."},
+    {.name = "metrics-public", .type = CFG_BOOL, .offset = OFF(metrics_public), .def = "off",
+     .arg = "on|off", .help = "Allow a metrics address that is not loopback without "
+     "metrics-token (refused at start otherwise): anyone who reaches it can read every user's "
+     "name and traffic and make the proxy render pages. Say on only behind a firewall that "
+     "lets just your monitoring in."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
@@ -790,6 +875,8 @@ void options_free(struct options *o)
     o->nlimits = o->limits_cap = 0;
     free(o->secrets);
     free(o->secret_slots);
+    free(o->user_addr);
+    o->user_addr = NULL;
     o->secrets = NULL;
     o->secret_slots = NULL;
     o->nsecrets = o->secrets_cap = 0;
@@ -843,6 +930,11 @@ int options_validate(struct config_parser *p, struct options *o)
     } while (0)
     if (o->nlisten == 0)
         ERR("no listen address");
+    for (int i = 0; i < o->nlisten && o->prefix_on; i++)
+        if (o->listen[i].u.sa.sa_family == AF_INET6 && sock_addr_is_any(&o->listen[i]) &&
+            sock_addr_port(&o->listen[i]) == o->prefix_port)
+            ERR("listen [::]:%d and listen-prefix share a port: listen-prefix already takes "
+                "every IPv6 address on it (give listen another port)", o->prefix_port);
     if (o->max_buffer < o->block_size)
         ERR("max-buffer (%zu) must be at least block-size (%zu)", o->max_buffer,
             o->block_size);
@@ -859,6 +951,11 @@ int options_validate(struct config_parser *p, struct options *o)
             "(proxy-protocol-from = CIDR) or write proxy-protocol-from = any", a);
         break;
     }
+    if (o->metrics_on && !o->metrics_token[0] && !o->metrics_public &&
+        !sock_addr_is_loopback(&o->metrics_addr))
+        ERR("metrics is not a loopback address and metrics-token is not set: anyone who can "
+            "reach it could read every user's name and traffic and load the process; set "
+            "metrics-token, or metrics-public = on if that is meant");
     if (o->only_ipv4 && o->prefer_ipv6)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)

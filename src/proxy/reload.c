@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "proxy/middle.h"
+#include "proxy/prefix.h"
 
 void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,
                  char **argv)
@@ -21,6 +22,9 @@ void reload_init(struct reload *r, struct users *users, const char *config_path,
 static void gen_free(struct gen *g)
 {
     middle_table_put(g->me);
+    if (g->pmap)
+        prefix_map_free(g->pmap);
+    free(g->pmap);
     acl_free(&g->acl);
     faketls_sni_index_free(&g->sni);
     options_free(&g->opt);
@@ -207,6 +211,10 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
                                   "start keeps its id): restart to drop removed users"
                                 : "out of memory for the users table");
     }
+    /* listen-prefix: the users' addresses (links, tools) and the address map (the proxy) */
+    if (!errs->count && (g->uid || r->tool) &&
+        prefix_build(g, r->start && !old, (int64_t)time(NULL), e, sizeof e))
+        add_error(errs, e);
     if (errs->count) {
         if (marked)
             users_rollback(g->users, &mark);
@@ -235,6 +243,7 @@ static const char *const restart_keys[] = {
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
     "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max", "metrics",
+    "listen-prefix",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own
@@ -294,6 +303,16 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
         b->metrics_addr = a->metrics_addr;
         return 1;
     }
+    if (!strcmp(key, "listen-prefix")) { /* its listeners and route are set up at start */
+        if (a->prefix_on == b->prefix_on && a->prefix_len == b->prefix_len &&
+            a->prefix_port == b->prefix_port && !memcmp(&a->prefix, &b->prefix, sizeof a->prefix))
+            return 0;
+        b->prefix_on = a->prefix_on;
+        b->prefix = a->prefix;
+        b->prefix_len = a->prefix_len;
+        b->prefix_port = a->prefix_port;
+        return 1;
+    }
     if (!strcmp(key, "replay-store")) {
         if (!memcmp(&a->rstore, &b->rstore, sizeof a->rstore))
             return 0;
@@ -338,4 +357,17 @@ uint32_t reload_removed_users(const struct gen *old, const struct gen *g)
     for (uint32_t id = 0; id < old->nusers; id++)
         n += old->live[id] && (id >= g->nusers || !g->live[id]);
     return n;
+}
+
+enum gen_fate gen_user_fate(const struct gen *g, int32_t uid, double now, double *drain_at)
+{
+    if (uid < 0 || ((uint32_t)uid < g->nusers && g->live[uid])) {
+        *drain_at = 0;
+        return GEN_KEEP;
+    }
+    if (g->opt.removed_user != REMOVED_DRAIN)
+        return GEN_CLOSE;
+    if (*drain_at == 0)
+        *drain_at = now + g->opt.drain_timeout_ms / 1000.0;
+    return GEN_DRAIN;
 }

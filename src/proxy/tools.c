@@ -2,6 +2,7 @@
 #include "proxy/tools.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timex.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include "proxy/metrics.h"
 #include "proxy/middle.h"
 #include "proxy/preflight.h"
+#include "proxy/prefix.h"
 #include "proxy/qr.h"
 #include "proxy/tlslearn.h"
 
@@ -36,10 +39,12 @@ int tools_links(const struct options *o, FILE *f, int qr)
     if (qr && !qr_available())
         fprintf(f, "(this build has no libqrencode: links only, no QR codes)\n\n");
     for (int i = 0; i < o->nsecrets; i++) {
-        char tg[1024], https[1024];
-        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https)) {
+        char tg[1024], https[1024], uhost[256];
+        snprintf(uhost, sizeof uhost, "%s", host);
+        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port); /* listen-prefix */
+        if (secret_links(&o->secrets[i], uhost, uport, tg, sizeof tg, https, sizeof https)) {
             fprintf(f, "%s: cannot make a link for host '%s' port %d\n", o->secrets[i].name,
-                    host, port);
+                    uhost, uport);
             rc = 1;
             continue;
         }
@@ -133,7 +138,80 @@ static void check_fds(struct doc *d, const struct options *o, const struct me_ta
         (unsigned long long)rl.rlim_max, b.fit, o->max_connections);
 }
 
-static void check_port(struct doc *d, const char *what, const struct sock_addr *a)
+/* The running mtproxy on this state file: the pid its lock file names (main.c state_lock),
+ * 0 if the lock is free or cannot be read, -1 if it is held but names no pid yet. */
+static long state_holder(const char *state_file)
+{
+    char path[OPT_PATH_MAX + 8], text[32];
+    snprintf(path, sizeof path, "%s.lock", state_file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    long pid = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+        flock(fd, LOCK_UN); /* free: nobody runs on it */
+    } else if (errno == EWOULDBLOCK) {
+        ssize_t n = pread(fd, text, sizeof text - 1, 0);
+        text[n > 0 ? n : 0] = 0;
+        pid = strtol(text, NULL, 10);
+        if (pid <= 0)
+            pid = -1;
+    }
+    close(fd);
+    return pid;
+}
+
+/* 1 if process pid has a TCP socket listening on port, 0 if not, -1 if its descriptors cannot
+ * be read (another user's process). From /proc/net/tcp{,6} and /proc/PID/fd. */
+static int pid_listens(long pid, int port)
+{
+    unsigned long inodes[64];
+    int ninodes = 0;
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        FILE *f = fopen(tables[t], "re");
+        char line[512];
+        if (!f)
+            continue;
+        while (fgets(line, sizeof line, f) && ninodes < 64) {
+            char local[64];
+            unsigned st;
+            unsigned long inode;
+            /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+            if (sscanf(line, " %*s %63s %*s %x %*s %*s %*s %*s %*s %lu", local, &st, &inode) ==
+                    3 && st == 0x0A) {
+                char *colon = strrchr(local, ':');
+                if (colon && strtol(colon + 1, NULL, 16) == port)
+                    inodes[ninodes++] = inode;
+            }
+        }
+        fclose(f);
+    }
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%ld/fd", pid);
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return -1;
+    int found = 0;
+    struct dirent *de;
+    while (!found && (de = readdir(dp))) {
+        char link[sizeof dir + sizeof de->d_name + 1], target[64];
+        snprintf(link, sizeof link, "%s/%s", dir, de->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        unsigned long inode;
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (sscanf(target, "socket:[%lu]", &inode) == 1)
+            for (int i = 0; i < ninodes && !found; i++)
+                found = inodes[i] == inode;
+    }
+    closedir(dp);
+    return found;
+}
+
+/* holder: state_holder's answer, so a port in use by this proxy, running, is no failure. */
+static void check_port(struct doc *d, const char *what, const struct sock_addr *a, long holder)
 {
     char text[SOCK_ADDR_STRLEN], check[80];
     sock_addr_format(a, text, sizeof text);
@@ -145,22 +223,31 @@ static void check_port(struct doc *d, const char *what, const struct sock_addr *
         return;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, &a->u.sa, a->len) == 0) {
+    int err = bind(fd, &a->u.sa, a->len) == 0 ? 0 : errno;
+    if (!err) {
         say(d, "OK", check, NULL, "free");
-    } else if (errno == EADDRINUSE) {
+    } else if (err == EADDRINUSE && holder != 0 &&
+               (holder < 0 || pid_listens(holder, sock_addr_port(a)) != 0)) {
+        if (holder > 0)
+            say(d, "OK", check, NULL, "in use by this proxy (pid %ld), running", holder);
+        else
+            say(d, "OK", check, NULL, "in use by this proxy, starting");
+    } else if (err == EADDRINUSE && holder > 0) {
+        say(d, "FAIL", check, "stop what listens there (`ss -ltnp`) or choose another port",
+            "already in use, not by this proxy (pid %ld)", holder);
+    } else if (err == EADDRINUSE) {
         say(d, "FAIL", check, "stop what listens there (`ss -ltnp`) or choose another port; "
-            "if it is this mtproxy, already running, ignore this",
-            "already in use");
-    } else if (errno == EACCES) {
+            "if it is this mtproxy, already running, ignore this", "already in use");
+    } else if (err == EACCES) {
         say(d, "FAIL", check, "run as root with `user` set, or give the binary the capability: "
             "setcap cap_net_bind_service=+ep $(command -v mtproxy) (systemd: "
             "AmbientCapabilities=CAP_NET_BIND_SERVICE)",
             "a port below 1024 needs privilege");
-    } else if (errno == EADDRNOTAVAIL) {
+    } else if (err == EADDRNOTAVAIL) {
         say(d, "FAIL", check, "listen on an address of this machine, or 0.0.0.0 / [::]",
             "not an address of this machine");
     } else {
-        say(d, "FAIL", check, NULL, "bind: %s", strerror(errno));
+        say(d, "FAIL", check, NULL, "bind: %s", strerror(err));
     }
     close(fd);
 }
@@ -395,10 +482,11 @@ int tools_doctor(const struct options *o, const struct me_table *me,
     }
     check_clock(&d, o);
     check_fds(&d, o, me);
+    long holder = state_holder(o->state_file);
     for (int i = 0; i < o->nlisten; i++)
-        check_port(&d, "listen", &o->listen[i]);
+        check_port(&d, "listen", &o->listen[i], holder);
     if (o->metrics_on) {
-        check_port(&d, "metrics", &o->metrics_addr);
+        check_port(&d, "metrics", &o->metrics_addr, holder);
         struct metrics_shared ms;
         metrics_shared_init(&ms, o, NULL, NULL, 0, NULL);
         if (!ms.loopback && !o->metrics_token[0])

@@ -486,6 +486,7 @@ void users_stats_sum(const struct users *u, uint32_t id, struct user_totals *out
         out->active += STAT_GET(&s->active);
         out->conns += STAT_GET(&s->conns);
         out->closed_limit += STAT_GET(&s->closed_limit);
+        out->foreign_addr += STAT_GET(&s->foreign_addr);
         for (int r = 0; r < UR_COUNT; r++)
             out->refused[r] += STAT_GET(&s->refused[r]);
     }

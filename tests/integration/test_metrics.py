@@ -274,8 +274,9 @@ def test_token_required(procs):
 
 
 def test_no_links_off_loopback_without_token(procs):
-    """A metrics listener on a non-loopback address without a token hides the links."""
-    env = Env(procs, host="0.0.0.0")
+    """A metrics listener on a non-loopback address without a token (metrics-public = on)
+    hides the links."""
+    env = Env(procs, extra=["--metrics-public", "on"], host="0.0.0.0")
     st = json.loads(http_get(env.mport, "/stats")[2])
     assert st["links"] is False
     assert all("https" not in u and "tg" not in u for u in st["users"])
@@ -538,10 +539,12 @@ def test_doctor(bins, tmp_path):
         rc, lines, out = doctor(bins, tmp_path, good.replace(str(port), str(busy_port)),
                                 "--offline")
     assert rc == 1 and level(lines, f"listen 127.0.0.1:{busy_port}") == {"FAIL"}, out
-    # public-host not this machine; metrics public without a token.
+    # public-host not this machine; metrics public without a token (metrics-public = on: else
+    # the config is refused).
     rc, lines, out = doctor(bins, tmp_path, good.replace("public-host = 127.0.0.1",
                                                          "public-host = 192.0.2.7") +
-                            f"metrics = 0.0.0.0:{busy_port}\n", "--offline")
+                            f"metrics = 0.0.0.0:{busy_port}\nmetrics-public = on\n",
+                            "--offline")
     assert level(lines, "public-host") == {"WARN"} and level(lines, "metrics") == {"WARN"}, out
     # Fronting (network checks: a DNS lookup, a connect; loopback only in this namespace):
     # a domain that resolves to this machine is a tell; one that does not resolve fails.

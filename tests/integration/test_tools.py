@@ -5,6 +5,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import time
 
@@ -157,3 +158,114 @@ def test_doctor_counts_what_the_proxy_needs(bins, tmp_path):
     # and that figure counts the pool: 2 per connection + per worker (listener, epoll, eventfd,
     # accept spare, splice pipes) + slack + 4 pooled DC sockets
     assert doctor_need > 2 * 1000 + 32 + 4
+
+
+def _state_secret(path):
+    m = re.search(r"^secret = default:([0-9a-f]{32})$", open(path).read(), re.M)
+    assert m, open(path).read()
+    return m.group(1)
+
+
+def test_links_and_doctor_read_the_generated_secret(procs, dc, bins, tmp_path):
+    """No secret configured: the proxy draws one and keeps it in the state file; `links` and
+    `doctor` read it from there (by the config's state-file or --state-file), never make one."""
+    proxy = procs.proxy([], [(2, dc.addr(7))])
+    state = os.path.join(procs.workdir, "mtproxy.state")
+    secret = _state_secret(state)
+    conf = tmp_path / "gen.conf"
+    conf.write_text(f"listen = 127.0.0.1:{proxy.port}\nstate-file = {state}\n"
+                    f"public-host = 127.0.0.1\ndc-builtin = off\ndc = 2 {dc.addr(7)}\nmask = off\n"
+                    "tls-profile = off\n")
+    runs = [["--config", str(conf)],
+            ["--listen", f"127.0.0.1:{proxy.port}", "--public-host", "127.0.0.1",
+             "--state-file", state]]
+    for args in runs:
+        p = subprocess.run(mtproxy_argv(bins, "links", "--no-qr", *args), capture_output=True,
+                           timeout=T(30))
+        out = p.stdout.decode() + p.stderr.decode()
+        assert p.returncode == 0, out
+        assert f"server=127.0.0.1&port={proxy.port}&secret={secret}" in out, out
+        assert "user default:" in out, out
+    doc = subprocess.run(mtproxy_argv(bins, "doctor", "--offline", "--config", str(conf)),
+                         capture_output=True, timeout=T(60))
+    out = doc.stdout.decode()
+    assert re.search(r"OK +config: valid \(1 listen address, 1 user\)", out), out
+    # stopped: the file is still there and still read
+    proxy.stop()
+    p = subprocess.run(mtproxy_argv(bins, "links", "--no-qr", *runs[1]), capture_output=True,
+                       timeout=T(30))
+    assert p.returncode == 0 and secret in p.stdout.decode(), p.stdout + p.stderr
+    # no state file: nothing is made, and links says so
+    other = str(tmp_path / "none.state")
+    p = subprocess.run(mtproxy_argv(bins, "links", "--no-qr", "--state-file", other),
+                       capture_output=True, timeout=T(30))
+    assert p.returncode == 1 and b"no state file" in p.stderr, p.stderr
+    assert not os.path.exists(other)
+
+
+def test_doctor_knows_its_own_running_proxy(procs, dc, bins):
+    """doctor against the running proxy's own config: its listen port is in use by this proxy
+    (the pid in the state file's lock file), not a failure; a port that something else holds
+    still fails, also while the proxy runs."""
+    proxy = procs.proxy([("a", new_secret())], [(2, dc.addr(7))])
+    state = os.path.join(procs.workdir, "mtproxy.state")
+    base = ["doctor", "--offline", "--secret", f"a:{new_secret()}", "--dc-builtin", "off",
+            "--dc", f"2 {dc.addr(7)}", "--mask", "off", "--tls-profile", "off", "--public-host", "127.0.0.1",
+            "--state-file", state]
+    doc = subprocess.run(mtproxy_argv(bins, *base, "--listen", f"127.0.0.1:{proxy.port}"),
+                         capture_output=True, timeout=T(60))
+    out = doc.stdout.decode()
+    assert re.search(rf"OK +listen 127\.0\.0\.1:{proxy.port}: in use by this proxy "
+                     rf"\(pid {proxy.pid}\)", out), out
+    assert doc.returncode == 0, out
+    other = socket.socket()
+    try:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        doc = subprocess.run(mtproxy_argv(bins, *base, "--listen", f"127.0.0.1:{port}"),
+                             capture_output=True, timeout=T(60))
+    finally:
+        other.close()
+    out = doc.stdout.decode()
+    assert re.search(rf"FAIL +listen 127\.0\.0\.1:{port}: already in use", out), out
+    assert doc.returncode == 1, out
+
+
+def test_port_or_lock_held_exits_tempfail(procs, dc, bins, tmp_path):
+    """A port or the state-file lock held by another process: exit 75 (EX_TEMPFAIL, worth a
+    retry), not 2 (a bad config)."""
+    proxy = procs.proxy([("a", new_secret())], [(2, dc.addr(7))])
+    state = os.path.join(procs.workdir, "mtproxy.state")
+    common = ["--secret", f"a:{new_secret()}", "--dc-builtin", "off", "--dc",
+              f"2 {dc.addr(7)}", "--mask", "off", "--tls-profile", "off", "--workers", "1"]
+    free = free_ports(1)[0]
+    cases = [("--listen", f"127.0.0.1:{proxy.port}", "--state-file", str(tmp_path / "b.state")),
+             ("--listen", f"127.0.0.1:{free}", "--state-file", state)]
+    for case in cases:
+        p = subprocess.run(mtproxy_argv(bins, *common, *case), capture_output=True,
+                           timeout=T(30), stdin=subprocess.DEVNULL)
+        assert p.returncode == 75, (case, p.returncode, p.stderr.decode())
+    # a bad config is still 2, also with a port in use beside it
+    p = subprocess.run(mtproxy_argv(bins, *common, "--listen", f"127.0.0.1:{proxy.port}",
+                                    "--workers", "nope"), capture_output=True, timeout=T(30))
+    assert p.returncode == 2, p.stderr.decode()
+
+
+def _vm_rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def test_replay_cache_costs_nothing_until_used(procs, dc):
+    """The replay cache's memory becomes resident as hellos fill it, not at start: a cache of
+    12 MiB starts with about the RSS of a 1 MiB one (its shards, each under glibc's
+    mmap threshold, were cleared from the heap at start: 10 MiB more)."""
+    rss = {}
+    for size in ("1M", "12M"):
+        proxy = procs.proxy([("a", new_secret())], [(2, dc.addr(7))],
+                            extra=["--replay-cache", size], name=f"replay{size}")
+        time.sleep(0.5)
+        rss[size] = _vm_rss_kb(proxy.pid)
+        proxy.stop()
+    assert rss["12M"] - rss["1M"] < 4 * 1024, rss

@@ -385,11 +385,11 @@ def test_second_instance_refused(procs, tmp_path):
     # the same state file, another port
     rc, err = run_mtproxy(procs.bins, common + ["--listen", f"127.0.0.1:{free_ports(1)[0]}",
                                                 "--state-file", state])
-    assert rc == 2 and "another mtproxy is running with state file" in err, err
+    assert rc == 75 and "another mtproxy is running with state file" in err, err
     # the same address, another state file (SO_REUSEPORT would have let it share the port)
     rc, err = run_mtproxy(procs.bins, common + ["--listen", proxy.addr, "--state-file",
                                                 str(tmp_path / "other.state")])
-    assert rc == 2 and "the address is in use" in err, err
+    assert rc == 75 and "the address is in use" in err, err
     # --check-config on the running instance's config warns but passes
     rc, err = run_mtproxy(procs.bins, ["--check-config", "--listen", proxy.addr,
                                        "--state-file", state] + common)

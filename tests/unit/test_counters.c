@@ -30,7 +30,7 @@
     X(unknown_sni) X(wide_reads) X(ctr_parked) X(tls_hmacs) X(me_handshakes)                   \
     X(me_handshake_fails) X(me_connect_fails) X(me_link_drops) X(me_links_open)                \
     X(me_dead_closed) X(me_slow_closed) X(me_link_pauses) X(me_requests) X(me_answers)         \
-    X(me_acks) X(me_pings) X(me_unknown)
+    X(me_acks) X(me_pings) X(me_unknown) X(me_stalled_evicted)
 
 static void fill(struct proxy_stats *s)
 {
@@ -222,7 +222,7 @@ static void test_log_lines(void **state)
         [COUNTERS_LOG_ME] = " handshakes 1033 handshake_fails 1034 connect_fails 1035 "
                             "link_drops 1036 dead_closed 1038 slow_closed 1039 link_pauses "
                             "1040 requests 1041 answers 1042 acks 1043 pings 1044 unknown "
-                            "1045 links_open 1037",
+                            "1045 links_open 1037 stalled_evicted 1046",
     };
     char line[1024];
     for (int l = 0; l < COUNTERS_LOG_COUNT; l++)
@@ -278,6 +278,24 @@ static void test_sum(void **state)
     free(b);
 }
 
+/* The metrics server's Host check (DNS rebinding): loopback names and addresses, any port. */
+static void test_host_is_loopback(void **state)
+{
+    static const char *const yes[] = {"localhost", "LocalHost:19090", "127.0.0.1",
+                                      "127.1.2.3:80", "[::1]", "[::1]:9100",
+                                      "[0:0:0:0:0:0:0:1]:1"};
+    static const char *const no[] = {"", "evil.example", "evil.example:19090",
+                                     "localhost.evil.example", "128.0.0.1", "127.0.0.1.nip.io",
+                                     "[::2]", "[::1", "::1", "localhost:", "localhost:x",
+                                     "localhost:123456", "127.0.0.1:80:80", "[::1]x",
+                                     "0x7f.0.0.1", "127.1"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        assert_true(metrics_host_is_loopback(yes[i]));
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (metrics_host_is_loopback(no[i]))
+            fail_msg("%s taken for loopback", no[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +304,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_log_lines, setup, teardown),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_host_is_loopback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

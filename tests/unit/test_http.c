@@ -132,12 +132,32 @@ static void test_split(void **state)
     assert_int_equal(parse("BREW / HTTP/1.1\r\n", &r), HTTP_BAD);
 }
 
+/* Host is taken (trimmed, as sent); a second one or an overlong one is BAD. */
+static void test_host(void **state)
+{
+    struct http_request r;
+    assert_int_equal(parse("GET / HTTP/1.1\r\nhOsT:  Evil.Example:19090 \r\n\r\n", &r), HTTP_OK);
+    assert_true(r.has_host);
+    assert_string_equal(r.host, "Evil.Example:19090");
+    assert_int_equal(parse("GET / HTTP/1.0\r\n\r\n", &r), HTTP_OK);
+    assert_false(r.has_host);
+    assert_string_equal(r.host, "");
+    assert_int_equal(parse("GET / HTTP/1.1\r\nHost: a\r\nHost: localhost\r\n\r\n", &r),
+                     HTTP_BAD);
+    assert_int_equal(r.code, 400);
+    char req[600];
+    snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %0*d\r\n\r\n", HTTP_HOST_MAX, 0);
+    assert_int_equal(parse(req, &r), HTTP_BAD);
+    snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %0*d\r\n\r\n", HTTP_HOST_MAX - 1, 0);
+    assert_int_equal(parse(req, &r), HTTP_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get),    cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_bad),    cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_split),  cmocka_unit_test(test_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,69 @@ static void test_generations(void **state)
     gen_unref(g2);
 }
 
+/* removed-user: what adopting a generation does to a live connection of each user. */
+static void test_user_fate(void **state)
+{
+    (void)state;
+    static struct config_errors e;
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\nsecret = b:" K2 "\n");
+    struct gen *g1 = reload_build(&R, NULL, &e);
+    assert_non_null(g1);
+    int32_t a = (int32_t)g1->uid[0], b = (int32_t)g1->uid[1];
+    double d = 0;
+    assert_int_equal(g1->opt.removed_user, REMOVED_CLOSE); /* the default: today's behaviour */
+    assert_int_equal(g1->opt.drain_timeout_ms, 600000);
+    assert_int_equal(gen_user_fate(g1, b, 100, &d), GEN_KEEP);
+    assert_true(d == 0);
+
+    /* b removed, drain: its connections go on for drain-timeout from the first removal */
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\n"
+               "removed-user = drain\ndrain-timeout = 5s\n");
+    struct gen *g2 = reload_build(&R, g1, &e);
+    assert_non_null(g2);
+    assert_int_equal(gen_user_fate(g2, a, 100, &d), GEN_KEEP);
+    assert_int_equal(gen_user_fate(g2, -1, 100, &d), GEN_KEEP); /* not admitted yet */
+    assert_int_equal(gen_user_fate(g2, b, 100, &d), GEN_DRAIN);
+    assert_true(d == 105);
+    assert_int_equal(gen_user_fate(g2, b, 103, &d), GEN_DRAIN); /* a later reload: same end */
+    assert_true(d == 105);
+
+    /* a user interned after g2 was built (id past its table) is not in it either */
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = c:" K3 "\n");
+    struct gen *g3 = reload_build(&R, g2, &e);
+    assert_non_null(g3);
+    int32_t c = (int32_t)g3->uid[0];
+    assert_true((uint32_t)c >= g2->nusers);
+    double dc = 0;
+    assert_int_equal(gen_user_fate(g2, c, 200, &dc), GEN_DRAIN);
+    assert_true(dc == 205);
+    /* g3 says close (the default): a draining connection is closed now */
+    assert_int_equal(gen_user_fate(g3, b, 101, &d), GEN_CLOSE);
+
+    /* b added back before its drain ended: it goes on, no longer draining */
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\nsecret = b:" K2 "\n"
+               "removed-user = drain\n");
+    struct gen *g4 = reload_build(&R, g3, &e);
+    assert_non_null(g4);
+    assert_int_equal(gen_user_fate(g4, b, 102, &d), GEN_KEEP);
+    assert_true(d == 0);
+    assert_int_equal(gen_user_fate(g4, c, 102, &dc), GEN_DRAIN);
+    assert_true(dc == 205);
+
+    /* bad values are refused */
+    memset(&e, 0, sizeof e);
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\n"
+               "removed-user = keep\ndrain-timeout = 10ms\n");
+    assert_null(reload_build(&R, g4, &e));
+    assert_int_equal(e.count, 2);
+    assert_non_null(strstr(e.msg[0], ":4: 'keep' is not one of: close drain"));
+    assert_non_null(strstr(e.msg[1], ":5: drain-timeout must be at least"));
+    gen_unref(g1);
+    gen_unref(g2);
+    gen_unref(g3);
+    gen_unref(g4);
+}
+
 #define ME_SECRET_128                                                                          \
     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"                         \
     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -282,6 +345,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_generations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_me_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_user_fate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_reload_gives_names_back, setup, teardown),
     };

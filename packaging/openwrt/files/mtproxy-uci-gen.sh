@@ -46,6 +46,8 @@ replay_cache:size:1M
 log_level:word:
 log:log:
 metrics:listen:
+metrics_token:token:
+metrics_public:bool:
 state_file:path:/etc/mtproxy/mtproxy.state
 ad_tag:host:
 proxy_secret_file:path:
@@ -105,6 +107,7 @@ mtproxy_uci_check() {
         ;;
     host) case "$2" in '' | *[!A-Za-z0-9.:_-]*) return 1 ;; esac ;;
     word) case "$2" in '' | *[!a-z]*) return 1 ;; esac ;;
+    token) case "$2" in '' | *[!A-Za-z0-9._~-]*) return 1 ;; esac ;; # URL-safe: sent as ?token=
     path) case "$2" in /*) ;; *) return 1 ;; esac
         case "$2" in *[[:space:]]*) return 1 ;; esac ;;
     log) case "$2" in stderr | syslog) ;; *) mtproxy_uci_check path "$2" || return 1 ;; esac ;;

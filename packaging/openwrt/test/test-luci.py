@@ -160,9 +160,12 @@ STATS = {"connections": {"accepted": 7, "active": 1}, "bytes": {"up": 10, "down"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    token = ""  # metrics-token: /stats answers only with it, as mtproxy does
+
     def do_GET(self):
-        body = json.dumps(STATS).encode() if self.path == "/stats" else b"no"
-        self.send_response(200 if self.path == "/stats" else 404)
+        ok = self.path == "/stats" + ("?token=" + self.token if self.token else "")
+        body = json.dumps(STATS).encode() if ok else b"no"
+        self.send_response(200 if ok else 401)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -177,6 +180,9 @@ uci_values["metrics"] = "0.0.0.0:%d" % srv.server_port  # the plugin asks 127.0.
 write_uci()
 check(call("status").get("metrics") == uci_values["metrics"], "status shows the metrics address")
 check(call("stats") == STATS, "stats passes the endpoint's /stats JSON through")
+Handler.token = uci_values["metrics_token"] = "c2VjcmV0_x.y~z-1"
+write_uci()
+check(call("stats") == STATS, "stats asks with the metrics_token")
 srv.shutdown()
 got = call("stats")
 check("error" in got and "no answer" in got["error"], "a dead endpoint is an error: %s" % got)

@@ -83,6 +83,12 @@ return view.extend({
 		text(s, 'general', 'metrics', _('Metrics endpoint'),
 			_('ADDRESS:PORT of mtproxy\'s HTTP counters (/stats); the Status tab shows them. Keep it on 127.0.0.1.'),
 			'127.0.0.1:9100', matches(LISTEN, _('ADDRESS:PORT')));
+		o = text(s, 'general', 'metrics_token', _('Metrics token'),
+			_('Required by the endpoint when set (the Status tab sends it). mtproxy refuses an endpoint on another address than 127.0.0.1 without one.'),
+			'', matches(/^[A-Za-z0-9._~-]+$/, _('letters, digits and . _ ~ -')));
+		o.password = true;
+		onoff(s, 'general', 'metrics_public', _('Metrics without a token'),
+			_('Allow the endpoint on a non-loopback address without a token: anyone who reaches it sees every user\'s traffic.'), false);
 
 		// Users and secrets
 		o = s.taboption('secrets', form.DynamicList, 'secret', _('Secrets'),
