@@ -466,6 +466,8 @@ static void log_acl(const struct acl *acl)
 struct state_saver {
     struct users *users;
     char *last; /* what was written last */
+    uint32_t resets; /* users->resets when it was written (a quota started over since: the
+                      * file still holds the old period's line) */
 };
 
 static void state_save(struct state_saver *sv, const struct gen *g, int final)
@@ -473,15 +475,17 @@ static void state_save(struct state_saver *sv, const struct gen *g, int final)
     const struct options *o = &g->opt;
     char *q = NULL;
     size_t qcap = 0;
+    users_quota_roll(sv->users, o->limits, o->nlimits, (int64_t)time(NULL)); /* /month ... */
     if (users_state_format(sv->users, &q, &qcap) < 0) {
         free(q);
         return;
     }
-    if (!q[0] && !g->state_secret) { /* nothing to keep */
+    int rolled = sv->resets != sv->users->resets;
+    if (!q[0] && !g->state_secret && !rolled) { /* nothing to keep */
         free(q);
         return;
     }
-    if (sv->last && !strcmp(sv->last, q)) {
+    if (sv->last && !strcmp(sv->last, q) && !rolled) {
         free(q);
         return;
     }
@@ -494,6 +498,7 @@ static void state_save(struct state_saver *sv, const struct gen *g, int final)
     }
     free(sv->last);
     sv->last = q;
+    sv->resets = sv->users->resets;
 }
 
 /* Holds an exclusive lock on STATE-FILE.lock for the life of the process: a second mtproxy

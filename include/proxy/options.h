@@ -63,6 +63,7 @@ struct options {
     struct user_limit *limits; /* `limit` lines (heap), by user name */
     int nlimits, limits_cap;
     unsigned ips_window_ms;
+    int quota_reset_day;    /* day of the month (1-28) quota=SIZE/month starts over */
     int removed_user;           /* enum opt_removed_user */
     unsigned drain_timeout_ms;  /* removed-user = drain: live connections closed after it */
     unsigned accept_rate;   /* new connections per second per source address (0 = off) */

@@ -48,6 +48,9 @@ enum user_refusal {
 /* Name of a refusal reason ("conns", "ips", "quota", "expired"). */
 const char *users_refusal_name(enum user_refusal r);
 
+/* How often a quota starts over (quota=SIZE/day, /week, /month; plain quota=SIZE: never). */
+enum quota_period { QP_LIFETIME = 0, QP_DAY, QP_WEEK, QP_MONTH };
+
 /* One user's limits (`limit = NAME ...`); 0 = no limit for each field. */
 struct user_limit {
     char name[SECRET_NAME_MAX];
@@ -56,14 +59,30 @@ struct user_limit {
     uint64_t quota;   /* bytes both ways, kept across restarts in the state file */
     int64_t expires;  /* unix time (UTC) after which the user is refused; 0 = never */
     uint64_t rate;    /* bytes per second, each direction, shared by the user's connections */
+    uint8_t quota_period; /* enum quota_period */
+    /* QP_MONTH: day of the month 1-28 (0 = quota-reset-day, filled in by options_validate);
+     * QP_WEEK: weekday 1-7, Monday = 1 (the parser fills in Monday); else 0 */
+    uint8_t quota_day;
 };
+
+/* "day", "week", "month" (NULL for QP_LIFETIME). */
+const char *users_period_name(enum quota_period p);
+
+/* The quota period of kind p that holds time now (unix seconds, UTC): returns its start and
+ * sets *next to the next one's start (the reset). Periods start at 00:00:00 UTC: every day
+ * (QP_DAY), on weekday day (QP_WEEK, 1-7, Monday = 1), on day day of each month (QP_MONTH,
+ * 1-28). A day out of range counts as 1. QP_LIFETIME: returns 0, *next = 0. Pure. */
+int64_t users_period_start(enum quota_period p, unsigned day, int64_t now, int64_t *next);
 
 /* Parses the value of a `limit` line:
  *
- *   NAME [conns=N] [ips=N] [quota=SIZE] [expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]
+ *   NAME [conns=N] [ips=N] [quota=SIZE[/day|/week|/month]] [quota-day=DAY]
+ *        [expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]
  *
  * (fields separated by blanks, each at most once, in any order; SIZE as elsewhere: 16k, 4M,
- * 10G; a date alone means 00:00:00 UTC that day). Returns 0, or -1 with a message in err. */
+ * 10G; a date alone means 00:00:00 UTC that day; quota-day only with /month (1-28) or /week
+ * (1-7, Monday = 1, or a weekday's name: mon, monday ...)). Returns 0, or -1 with a message
+ * in err. */
 int users_limit_parse(const char *text, struct user_limit *out, char *err, size_t errlen);
 
 /* One user's counters in one worker (written by that worker only). */
@@ -91,6 +110,8 @@ struct user_shared {
     char name[SECRET_NAME_MAX];
     _Atomic uint32_t active;     /* connections holding a conns slot, whole process */
     shared64 used;               /* quota bytes used (loaded from / saved to the state file) */
+    shared64 period;             /* start (unix s) of the quota period of used; 0 = lifetime
+                                  * or not known yet (main thread only: users_quota_roll) */
     shared64 tat[2];             /* rate: theoretical arrival time per direction, in us */
     _Atomic uint32_t last_log;   /* refusal log: the second of the last line (0 = never) */
     struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */
@@ -105,6 +126,7 @@ struct users {
     uint32_t *slots;
     size_t nslots;
     uint32_t max; /* ids that may be handed out: USERS_MAX (a test lowers it) */
+    uint32_t resets; /* quotas started over so far (users_quota_roll; main thread) */
 };
 
 /* A rollback point of the registry's names (users_mark): a reload that fails after interning
@@ -175,11 +197,20 @@ double users_rate_take(const struct users *u, uint32_t id, int dir, uint64_t rat
 /* 1 if a refusal of user id should be logged now (once per user per minute). */
 int users_log_allowed(const struct users *u, uint32_t id, double now);
 
-/* State file: writes `quota-used = NAME BYTES` lines for every user with bytes used into
- * buf (NUL-terminated, grown with realloc). Returns the length, or -1 (out of memory). */
+/* Periodic quotas: for each of the n limits lim with a quota period, the user's usage starts
+ * over (0 bytes, one info line logged) if its period is older than the one holding now; a
+ * usage whose period is not known (an old state file's line, a quota made periodic by a
+ * reload) is taken as this period's. A user refused for its quota is served again at once.
+ * Main thread only (each generation built, each state save). Returns the number of users
+ * reset (also added to u->resets: the state file must be rewritten, even if empty). */
+int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64_t now);
+
+/* State file: writes `quota-used = NAME BYTES [PERIOD_START]` lines (the period's start only
+ * for a periodic quota) for every user with bytes used into buf (NUL-terminated, grown with
+ * realloc). Returns the length, or -1 (out of memory). */
 long users_state_format(const struct users *u, char **buf, size_t *cap);
 
-/* Applies one `quota-used` value ("NAME BYTES") read from the state file. Returns 0, or -1
+/* Applies one `quota-used` value ("NAME BYTES [PERIOD_START]") read from the state file. Returns 0, or -1
  * with err. Main thread only, before workers use the user. */
 int users_state_apply(struct users *u, const char *value, char *err, size_t errlen);
 

@@ -249,9 +249,23 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
     UF("user_foreign_address_refusals_total", "counter",                                       \
        "listen-prefix: connections with the user's secret refused on an address not the "      \
        "user's.")                                                                              \
-    US(foreign_addr, NULL, NULL, "foreign_address_refusals")
+    US(foreign_addr, NULL, NULL, "foreign_address_refusals")                                   \
+    UF("user_quota_reset_timestamp_seconds", "gauge",                                          \
+       "When each user's periodic quota (SIZE/day, /week, /month) next starts over.")          \
+    UH(QUOTA_RESET)
 
-enum user_hand { UM_COUNTER, UM_REFUSED, UM_QUOTA_LEFT, UM_EXPIRY };
+enum user_hand { UM_COUNTER, UM_REFUSED, UM_QUOTA_LEFT, UM_EXPIRY, UM_QUOTA_RESET };
+
+/* User i's next quota reset (unix s), 0 if its quota is not periodic; *period its name. */
+static int64_t user_quota_reset(const struct gen *g, int i, const char **period)
+{
+    const struct user_limit *l = g->lim ? g->lim[i] : NULL;
+    int64_t next = 0;
+    *period = l && l->quota ? users_period_name(l->quota_period) : NULL;
+    if (*period)
+        users_period_start(l->quota_period, l->quota_day, (int64_t)time(NULL), &next);
+    return next;
+}
 
 static const struct user_metric {
     int family;                       /* 1: a family (name, type, help); 0: a sample */
@@ -301,6 +315,13 @@ static void user_sample(const struct gen *g, int i, const struct user_totals *t,
         if (expires)
             u64(e, fam, "user", name, NULL, NULL, (uint64_t)expires);
         break;
+    case UM_QUOTA_RESET: {
+        const char *period;
+        int64_t next = user_quota_reset(g, i, &period);
+        if (next)
+            u64(e, fam, "user", name, NULL, NULL, (uint64_t)next);
+        break;
+    }
     }
 }
 
@@ -561,6 +582,11 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
                 sbuf_printf(out, ",\"%s\":%llu", user_metrics[m].json,
                             (unsigned long long)user_counter(&ut, &user_metrics[m]));
         sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
+        const char *period;
+        int64_t reset = user_quota_reset(g, i, &period);
+        if (reset) /* a periodic quota only: its period and the next reset (unix s) */
+            sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
+                        (long long)reset);
         char tg[1024], https[1024], uhost[256];
         snprintf(uhost, sizeof uhost, "%s", host);
         int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);

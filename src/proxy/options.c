@@ -463,15 +463,21 @@ const struct config_option options_table[] = {
              "non-clients are fronted to). NAME labels it in logs. Repeat for several. With "
              "none, a plain one is generated and kept in state-file."},
     {.name = "limit", .type = CFG_CUSTOM, .flags = CFG_REPEAT,
-     .arg = "'NAME [conns=N] [ips=N] [quota=SIZE] [expires=DATE] [rate=SIZE/s]'",
+     .arg = "'NAME [conns=N] [ips=N] [quota=SIZE[/month]] [expires=DATE] [rate=SIZE/s]'",
      .parse = parse_limit, .reset = reset_limit,
      .help = "Limits of the user (secret) NAME, each optional: conns = concurrent connections; "
              "ips = distinct client addresses within ips-window; quota = bytes both ways, kept "
              "across restarts in state-file (a user past it is cut off, live connections "
-             "too); expires = YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC); rate = bytes per "
+             "too), for good or per period: SIZE/day, SIZE/week (from Monday, or quota-day="
+             "mon..sun), SIZE/month (from quota-reset-day, or quota-day=1-28), starting over "
+             "at 00:00 UTC; expires = YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC); rate = bytes per "
              "second each way, shared by the user's connections (e.g. 1M/s). A refused client "
              "is treated like a bad one (ee: fronted; others: held, then closed); logged once "
              "per user per minute and counted per user and reason. One line per user."},
+    {.name = "quota-reset-day", .type = CFG_INT, .offset = OFF(quota_reset_day), .def = "1",
+     .min = 1, .max = 28, .arg = "N", .help = "Day of the month (1-28) on which monthly quotas "
+     "(limit ... quota=SIZE/month) start over, at 00:00 UTC, unless the limit line names its "
+     "own quota-day."},
     {.name = "ips-window", .type = CFG_DURATION, .offset = OFF(ips_window_ms), .def = "1h",
      .min = 1000, .arg = "DURATION", .help = "How long a client address counts against a "
      "user's ips limit after its last connection ended."},
@@ -977,6 +983,9 @@ int options_validate(struct config_parser *p, struct options *o)
     for (int i = 0; i < o->nlimits; i++)
         if (options_find_secret(o, o->limits[i].name) < 0)
             ERR("limit %s: no secret has that name", o->limits[i].name);
+    for (int i = 0; i < o->nlimits; i++) /* quota=SIZE/month without its own quota-day */
+        if (o->limits[i].quota_period == QP_MONTH && !o->limits[i].quota_day)
+            o->limits[i].quota_day = (uint8_t)o->quota_reset_day;
     if (!o->dc_builtin && !o->middle) { /* middle mode dials MEs, never DCs */
         int found = 0;
         for (int i = 0; i < o->ndcs; i++)

@@ -222,6 +222,10 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
         return NULL;
     }
     users_mark_drop(&mark);
+    /* Every periodic quota knows its period before a worker counts a byte of it (a usage
+     * whose period ended while the proxy was stopped starts over here). */
+    if (g->users)
+        users_quota_roll(g->users, g->opt.limits, g->opt.nlimits, (int64_t)time(NULL));
     return g;
 }
 

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "core/config.h"
+#include "core/log.h"
 
 static const char *const refusal_names[UR_COUNT] = {
     [UR_CONNS] = "conns", [UR_IPS] = "ips", [UR_QUOTA] = "quota", [UR_EXPIRED] = "expired"};
@@ -39,6 +41,67 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
     unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
     unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     return era * 146097 + (int64_t)doe - 719468;
+}
+
+/* The civil date of day z since 1970-01-01 (the inverse of days_from_civil). */
+static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+const char *users_period_name(enum quota_period p)
+{
+    return p == QP_DAY ? "day" : p == QP_WEEK ? "week" : p == QP_MONTH ? "month" : NULL;
+}
+
+int64_t users_period_start(enum quota_period p, unsigned day, int64_t now, int64_t *next)
+{
+    int64_t days = now / 86400 - (now % 86400 < 0); /* floor */
+    int64_t start;
+    switch (p) {
+    case QP_DAY:
+        start = days;
+        *next = (days + 1) * 86400;
+        break;
+    case QP_WEEK: {
+        if (day < 1 || day > 7)
+            day = 1;
+        unsigned wd = (unsigned)(((days + 3) % 7 + 7) % 7) + 1; /* 1970-01-01: Thursday (4) */
+        start = days - (int64_t)((wd + 7 - day) % 7);
+        *next = (start + 7) * 86400;
+        break;
+    }
+    case QP_MONTH: {
+        if (day < 1 || day > 28)
+            day = 1;
+        int64_t y;
+        unsigned m, d;
+        civil_from_days(days, &y, &m, &d);
+        if (d < day && --m == 0) { /* before this month's day: the period began last month */
+            m = 12;
+            y--;
+        }
+        start = days_from_civil(y, m, day);
+        if (++m == 13) {
+            m = 1;
+            y++;
+        }
+        *next = days_from_civil(y, m, day) * 86400;
+        break;
+    }
+    default:
+        *next = 0;
+        return 0;
+    }
+    return start * 86400;
 }
 
 /* YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC) -> unix seconds. Returns 0, or -1. */
@@ -78,6 +141,38 @@ static int parse_date(const char *s, size_t n, int64_t *out)
     return 0;
 }
 
+/* quota-day=DAY (text, "" if not given) of a limit whose quota period is parsed: l->quota_day
+ * set (QP_WEEK: Monday by default; QP_MONTH: 0 = quota-reset-day). Returns 0, or -1 with err. */
+static int quota_day_parse(struct user_limit *l, const char *text, char *err, size_t errlen)
+{
+    static const char *const wdays[7] = {"monday", "tuesday", "wednesday", "thursday",
+                                         "friday", "saturday", "sunday"};
+    if (l->quota_period == QP_WEEK)
+        l->quota_day = 1;
+    if (!text[0])
+        return 0;
+    if (l->quota_period != QP_WEEK && l->quota_period != QP_MONTH) {
+        snprintf(err, errlen, "limit %s: quota-day needs quota=SIZE/week or SIZE/month",
+                 l->name);
+        return -1;
+    }
+    size_t n = strlen(text);
+    unsigned v = 0;
+    if (n <= 2 && isdigit((unsigned char)text[0]) && isdigit((unsigned char)text[n - 1]))
+        v = (unsigned)atoi(text);
+    for (unsigned i = 0; i < 7 && l->quota_period == QP_WEEK && n >= 3; i++)
+        if (!strncasecmp(text, wdays[i], n) && (n == 3 || n == strlen(wdays[i])))
+            v = i + 1;
+    if (l->quota_period == QP_WEEK ? v < 1 || v > 7 : v < 1 || v > 28) {
+        snprintf(err, errlen, "limit %s: quota-day must be %s", l->name,
+                 l->quota_period == QP_WEEK ? "a weekday (mon ... sun, or 1-7 with Monday 1)"
+                                            : "a day of the month, 1-28");
+        return -1;
+    }
+    l->quota_day = (uint8_t)v;
+    return 0;
+}
+
 int users_limit_parse(const char *text, struct user_limit *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -88,7 +183,8 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
     while (*q && *q != ' ' && *q != '\t')
         q++;
     if (!name_ok(p, (size_t)(q - p))) {
-        snprintf(err, errlen, "limit must be 'NAME [conns=N] [ips=N] [quota=SIZE] "
+        snprintf(err, errlen, "limit must be 'NAME [conns=N] [ips=N] "
+                              "[quota=SIZE[/day|/week|/month]] [quota-day=DAY] "
                               "[expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]' with NAME a "
                               "secret's name");
         return -1;
@@ -97,6 +193,7 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
     out->name[q - p] = 0;
     unsigned seen = 0;
     int nfields = 0;
+    char qday[16] = "";
     for (p = q;;) {
         while (*p == ' ' || *p == '\t')
             p++;
@@ -116,14 +213,16 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
         }
         memcpy(val, eq + 1, vlen);
         val[vlen] = 0;
-        static const char *const keys[] = {"conns", "ips", "quota", "expires", "rate"};
+        static const char *const keys[] = {"conns", "ips", "quota", "expires", "rate",
+                                           "quota-day"};
         int k = -1;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 6; i++)
             if (strlen(keys[i]) == klen && !memcmp(p, keys[i], klen))
                 k = i;
         if (k < 0) {
-            snprintf(err, errlen, "limit %s: unknown field '%.*s' (conns, ips, quota, expires, "
-                                  "rate)", out->name, (int)(klen > 20 ? 20 : klen), p);
+            snprintf(err, errlen, "limit %s: unknown field '%.*s' (conns, ips, quota, "
+                                  "quota-day, expires, rate)", out->name,
+                     (int)(klen > 20 ? 20 : klen), p);
             return -1;
         }
         if (seen & (1u << k)) {
@@ -148,13 +247,29 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
             else
                 out->ips = (uint32_t)v;
             break;
-        case 2:
-            if (config_parse_size(val, &sz, e2, sizeof e2) || sz == 0) {
-                snprintf(err, errlen, "limit %s: quota must be a size above 0 (e.g. 10G)",
-                         out->name);
+        case 2: {
+            char *slash = strchr(val, '/');
+            if (slash) {
+                *slash++ = 0;
+                for (int qp = QP_DAY; qp <= QP_MONTH; qp++)
+                    if (!strcmp(slash, users_period_name(qp)))
+                        out->quota_period = (uint8_t)qp;
+            }
+            if (config_parse_size(val, &sz, e2, sizeof e2) || sz == 0 ||
+                (slash && !out->quota_period)) {
+                snprintf(err, errlen, "limit %s: quota must be a size above 0, alone or per "
+                                      "day, week or month (e.g. 10G, 50G/month)", out->name);
                 return -1;
             }
             out->quota = sz;
+            break;
+        }
+        case 5:
+            if (vlen >= sizeof qday) {
+                snprintf(err, errlen, "limit %s: quota-day '%.20s' is too long", out->name, val);
+                return -1;
+            }
+            memcpy(qday, val, vlen + 1);
             break;
         case 3:
             if (parse_date(val, vlen, &out->expires)) {
@@ -184,7 +299,7 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
                  out->name);
         return -1;
     }
-    return 0;
+    return quota_day_parse(out, qday, err, errlen);
 }
 
 /* --- registry ------------------------------------------------------------------------------ */
@@ -533,6 +648,37 @@ int users_log_allowed(const struct users *u, uint32_t id, double now)
     return (old == 0 || sec - old >= 60) && atomic_compare_exchange_strong(l, &old, sec);
 }
 
+int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64_t now)
+{
+    int reset = 0;
+    for (int i = 0; i < n; i++) {
+        const struct user_limit *l = &lim[i];
+        int32_t id = l->quota ? users_find(u, l->name) : -1;
+        if (id < 0)
+            continue;
+        struct user_shared *s = users_shared(u, (uint32_t)id);
+        int64_t next, start = users_period_start(l->quota_period, l->quota_day, now, &next);
+        int64_t was = (int64_t)shared64_load(&s->period);
+        if (was == start)
+            continue;
+        shared64_store(&s->period, (uint64_t)start);
+        /* Not known yet, a lifetime quota, or later than now (the clock went back, the day
+         * moved back): the bytes stay, in this period. */
+        if (!was || !start || was > start)
+            continue;
+        uint64_t used = shared64_load(&s->used);
+        if (!used)
+            continue; /* nothing to start over (and no line for each idle user) */
+        shared64_store(&s->used, 0);
+        reset++;
+        u->resets++;
+        log_info("quota of user %s starts over (%s): %llu bytes used in the period before; "
+                 "next reset at %lld (unix, UTC)", l->name, users_period_name(l->quota_period),
+                 (unsigned long long)used, (long long)next);
+    }
+    return reset;
+}
+
 /* --- state file ----------------------------------------------------------------------------- */
 
 long users_state_format(const struct users *u, char **buf, size_t *cap)
@@ -541,6 +687,7 @@ long users_state_format(const struct users *u, char **buf, size_t *cap)
     uint32_t n = users_count(u);
     for (uint32_t id = 0; id < n; id++) {
         uint64_t used = shared64_load(&users_shared(u, id)->used);
+        uint64_t period = shared64_load(&users_shared(u, id)->period);
         if (!used)
             continue;
         if (*cap - len < SECRET_NAME_MAX + 64) {
@@ -551,8 +698,12 @@ long users_state_format(const struct users *u, char **buf, size_t *cap)
             *buf = b;
             *cap = nc;
         }
-        len += (size_t)snprintf(*buf + len, *cap - len, "quota-used = %s %llu\n",
-                                users_name(u, id), (unsigned long long)used);
+        len += (size_t)snprintf(*buf + len, *cap - len, "quota-used = %s %llu", users_name(u, id),
+                                (unsigned long long)used);
+        if (period)
+            len += (size_t)snprintf(*buf + len, *cap - len, " %llu",
+                                    (unsigned long long)period);
+        (*buf)[len++] = '\n';
     }
     if (*cap == len) {
         char *b = realloc(*buf, len + 1);
@@ -571,18 +722,32 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
     char name[SECRET_NAME_MAX];
     const char *sp = strpbrk(value, " \t");
     if (!sp || !name_ok(value, (size_t)(sp - value))) {
-        snprintf(err, errlen, "quota-used must be 'NAME BYTES'");
+        snprintf(err, errlen, "quota-used must be 'NAME BYTES [PERIOD_START]'");
         return -1;
     }
     memcpy(name, value, (size_t)(sp - value));
     name[sp - value] = 0;
+    unsigned long long v[2] = {0, 0}; /* bytes, the start of their period (0: lifetime) */
+    for (int i = 0; i < 2; i++) {
+        while (*sp == ' ' || *sp == '\t')
+            sp++;
+        if (i == 1 && !*sp)
+            break; /* the two-field line (before periodic quotas) */
+        char *end;
+        errno = 0;
+        v[i] = strtoull(sp, &end, 10);
+        if (errno || end == sp || (*end && *end != ' ' && *end != '\t') || *sp == '-' ||
+            (i == 1 && v[i] > (1ULL << 40))) {
+            snprintf(err, errlen, "quota-used %s: '%s' is not a %s", name, sp,
+                     i ? "period start (unix seconds)" : "byte count");
+            return -1;
+        }
+        sp = end;
+    }
     while (*sp == ' ' || *sp == '\t')
         sp++;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(sp, &end, 10);
-    if (errno || end == sp || *end || *sp == '-') {
-        snprintf(err, errlen, "quota-used %s: '%s' is not a byte count", name, sp);
+    if (*sp) {
+        snprintf(err, errlen, "quota-used %s: '%s' after the period start", name, sp);
         return -1;
     }
     int32_t id = users_intern(u, name);
@@ -590,7 +755,8 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
         snprintf(err, errlen, "quota-used %s: too many users", name);
         return -1;
     }
-    shared64_store(&users_shared(u, (uint32_t)id)->used, v);
+    shared64_store(&users_shared(u, (uint32_t)id)->used, v[0]);
+    shared64_store(&users_shared(u, (uint32_t)id)->period, v[1]);
     return 0;
 }
 

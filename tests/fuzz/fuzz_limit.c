@@ -19,6 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(l.conns <= 1000000 && l.ips <= 1000000);
         FUZZ_CHECK(!l.rate || (l.rate >= 1024 && l.rate <= (1ULL << 40)));
         FUZZ_CHECK(l.expires >= 0 && l.expires < 253402300800LL); /* before year 10000 */
+        /* a quota period only with a quota; its day within the period's range */
+        FUZZ_CHECK(l.quota_period <= QP_MONTH && (l.quota || !l.quota_period));
+        FUZZ_CHECK(l.quota_period == QP_WEEK ? l.quota_day >= 1 && l.quota_day <= 7
+                   : l.quota_period == QP_MONTH ? l.quota_day <= 28 : !l.quota_day);
     } else {
         FUZZ_CHECK(err[0] && fuzz_terminated(err, sizeof err));
     }

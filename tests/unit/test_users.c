@@ -194,12 +194,205 @@ static void test_rate(void **state)
     users_destroy(&u);
 }
 
+/* The quota period holding now: start and next reset (unix s), checked against dates. */
+static void period_is(enum quota_period p, unsigned day, int64_t now, int64_t start,
+                      int64_t next)
+{
+    int64_t n = -1;
+    int64_t s = users_period_start(p, day, now, &n);
+    if (s != start || n != next)
+        fail_msg("period %d day %u at %lld: got %lld..%lld, want %lld..%lld", (int)p, day,
+                 (long long)now, (long long)s, (long long)n, (long long)start, (long long)next);
+}
+
+static void test_quota_period(void **state)
+{
+    (void)state;
+    const int64_t D = 86400;
+    /* month, day 1: the last second of January, the first of February (exactly midnight) */
+    period_is(QP_MONTH, 1, 1801439999, 1798761600, 1801440000); /* 2027-01-31 23:59:59 */
+    period_is(QP_MONTH, 1, 1801440000, 1801440000, 1803859200); /* 2027-02-01 -> 03-01 */
+    /* December to January */
+    period_is(QP_MONTH, 1, 1797328800, 1796083200, 1798761600); /* 2026-12-15 10:00 */
+    /* day 15 on 10 January: the period began on 15 December, the year before */
+    period_is(QP_MONTH, 15, 1799539200, 1797292800, 1799971200);
+    /* leap years: 2024-02-29 with day 1 and day 28; day 28 the day before */
+    period_is(QP_MONTH, 1, 1709208000, 1706745600, 1709251200);
+    period_is(QP_MONTH, 28, 1709208000, 1709078400, 1711584000);
+    period_is(QP_MONTH, 28, 1709078399, 1706400000, 1709078400); /* 2024-02-27 23:59:59 */
+    period_is(QP_MONTH, 28, 1709078400, 1709078400, 1711584000); /* exactly 02-28 00:00 */
+    /* not a leap year: 2023-03-01 with day 28 is in the period of 2023-02-28 */
+    period_is(QP_MONTH, 28, 1677628800, 1677542400, 1679961600);
+    /* a day out of range counts as 1 */
+    period_is(QP_MONTH, 0, 1801439999, 1798761600, 1801440000);
+    period_is(QP_MONTH, 31, 1801439999, 1798761600, 1801440000);
+    /* week: Monday (1) on Sunday 2027-01-31 23:59:59, then exactly Monday 00:00 */
+    period_is(QP_WEEK, 1, 1801439999, 1800835200, 1801440000);
+    period_is(QP_WEEK, 1, 1801440000, 1801440000, 1801440000 + 7 * D);
+    /* Sunday (7): on that Sunday, and on the Saturday before */
+    period_is(QP_WEEK, 7, 1801439999, 1801353600, 1801353600 + 7 * D);
+    period_is(QP_WEEK, 7, 1801353600 - D / 2, 1801353600 - 7 * D, 1801353600);
+    period_is(QP_WEEK, 5, 1798761600, 1798761600, 1798761600 + 7 * D); /* a Friday 00:00 */
+    period_is(QP_WEEK, 4, 0, 0, 7 * D);                                 /* 1970-01-01: Thu */
+    /* day: every midnight; before 1970 too */
+    period_is(QP_DAY, 0, 1801439999, 1801353600, 1801440000);
+    period_is(QP_DAY, 0, 1801440000, 1801440000, 1801440000 + D);
+    period_is(QP_DAY, 0, -1, -D, 0);
+    /* lifetime: none */
+    period_is(QP_LIFETIME, 0, 1801439999, 0, 0);
+    /* every day of 2020-2031 at 00:00 and 23:59:59: the period holds now, the next one starts
+     * where it ends, months are 28-31 days and weeks 7 */
+    for (int64_t t = 1577836800; t < 1956528000; t += D) {
+        for (int64_t now = t; now <= t + D - 1; now += D - 1) {
+            for (unsigned day = 1; day <= 28; day += 9) {
+                int64_t next, next2;
+                int64_t s = users_period_start(QP_MONTH, day, now, &next);
+                assert_true(s <= now && now < next);
+                assert_true(next - s >= 28 * D && next - s <= 31 * D && s % D == 0);
+                assert_int_equal(users_period_start(QP_MONTH, day, next, &next2), next);
+                s = users_period_start(QP_WEEK, day % 7 + 1, now, &next);
+                assert_true(s <= now && now < next && next - s == 7 * D);
+            }
+        }
+    }
+}
+
+/* limit lines with quota periods */
+static void test_limit_parse_period(void **state)
+{
+    (void)state;
+    struct user_limit l;
+    char err[256];
+    assert_int_equal(users_limit_parse("a quota=50G/month", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota, 50ULL << 30);
+    assert_int_equal(l.quota_period, QP_MONTH);
+    assert_int_equal(l.quota_day, 0); /* quota-reset-day, filled in by options_validate */
+    assert_int_equal(users_limit_parse("a quota-day=28 quota=1M/month", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota_day, 28);
+    assert_int_equal(users_limit_parse("a quota=1M/week", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota_period, QP_WEEK);
+    assert_int_equal(l.quota_day, 1); /* Monday */
+    assert_int_equal(users_limit_parse("a quota=1M/week quota-day=sun", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota_day, 7);
+    assert_int_equal(users_limit_parse("a quota=1M/week quota-day=Friday", &l, err, sizeof err),
+                     0);
+    assert_int_equal(l.quota_day, 5);
+    assert_int_equal(users_limit_parse("a quota=1M/week quota-day=3", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota_day, 3);
+    assert_int_equal(users_limit_parse("a quota=1M/day conns=2", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota_period, QP_DAY);
+    assert_int_equal(users_limit_parse("a quota=1M", &l, err, sizeof err), 0);
+    assert_int_equal(l.quota_period, QP_LIFETIME);
+    static const char *const bad[] = {
+        "a quota=1M/year", "a quota=1M/", "a quota=/month", "a quota=1M/Month",
+        "a quota=1M quota-day=3", "a quota=1M/day quota-day=3", "a quota-day=3",
+        "a quota=1M/month quota-day=29", "a quota=1M/month quota-day=0",
+        "a quota=1M/month quota-day=mon", "a quota=1M/week quota-day=8",
+        "a quota=1M/week quota-day=fr", "a quota=1M/week quota-day=mondays",
+        "a quota=1M/month quota-day=1x", "a quota=1M/month quota-day=-1",
+        "a quota=1M/month quota-day=1 quota-day=2", "a quota=1M/week quota-day=mondaymondaymonday",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        if (users_limit_parse(bad[i], &l, err, sizeof err) == 0)
+            fail_msg("accepted '%s'", bad[i]);
+        assert_true(err[0]);
+    }
+    /* quota-reset-day is the default day of a monthly quota; a user's own day wins */
+    static struct options o;
+    static struct config_parser p;
+    assert_int_equal(options_init(&p, &o), 0);
+    static const char conf[] = "secret = a:00000000000000000000000000000011\n"
+                               "secret = b:00000000000000000000000000000012\n"
+                               "limit = a quota=1G/month\n"
+                               "limit = b quota=1G/month quota-day=3\n"
+                               "quota-reset-day = 15\n";
+    assert_int_equal(config_load_buffer(&p, "t.conf", conf, sizeof conf - 1), 0);
+    assert_int_equal(options_validate(&p, &o), 0);
+    assert_int_equal(o.limits[0].quota_day, 15);
+    assert_int_equal(o.limits[1].quota_day, 3);
+    assert_int_equal(config_load_buffer(&p, "t.conf", "quota-reset-day = 29\n", 21), 1);
+    options_free(&o);
+}
+
+/* Periodic quotas start over at the period's end; the state file keeps the period. */
+static void test_quota_roll_and_state(void **state)
+{
+    (void)state;
+    struct users u;
+    assert_int_equal(users_init(&u, 1), 0);
+    char err[128];
+    /* a new line (period of 2027-01-01), a lifetime one, an old two-field one */
+    assert_int_equal(users_state_apply(&u, "m 50 1798761600", err, sizeof err), 0);
+    assert_int_equal(users_state_apply(&u, "l 70", err, sizeof err), 0);
+    assert_int_equal(users_state_apply(&u, "o\t30", err, sizeof err), 0);
+    static const char *const bad[] = {"m 5 x", "m 5 6 7", "m 5 -6", "m 5 6x", "m 5 99999999999999",
+                                      "m x 6"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (users_state_apply(&u, bad[i], err, sizeof err) == 0)
+            fail_msg("accepted '%s'", bad[i]);
+    struct user_limit lim[3] = {
+        {.name = "m", .quota = 100, .quota_period = QP_MONTH, .quota_day = 1},
+        {.name = "l", .quota = 100},
+        {.name = "o", .quota = 100, .quota_period = QP_MONTH, .quota_day = 1},
+    };
+    uint32_t m = (uint32_t)users_find(&u, "m"), o = (uint32_t)users_find(&u, "o");
+    /* in the same month: nothing starts over; the old line's bytes are this month's */
+    assert_int_equal(users_quota_roll(&u, lim, 3, 1800403200), 0); /* 2027-01-20 */
+    char *buf = NULL;
+    size_t cap = 0;
+    assert_true(users_state_format(&u, &buf, &cap) > 0);
+    assert_string_equal(buf, "quota-used = m 50 1798761600\nquota-used = l 70\n"
+                             "quota-used = o 30 1798761600\n");
+    /* the round trip: the same lines read back give the same lines */
+    struct users v;
+    assert_int_equal(users_init(&v, 1), 0);
+    for (char *line = buf; *line;) {
+        char *nl = strchr(line, '\n');
+        *nl = 0;
+        assert_int_equal(users_state_apply(&v, line + strlen("quota-used = "), err, sizeof err),
+                         0);
+        line = nl + 1;
+    }
+    char *buf2 = NULL;
+    size_t cap2 = 0;
+    users_state_format(&v, &buf2, &cap2);
+    assert_string_equal(buf2, "quota-used = m 50 1798761600\nquota-used = l 70\n"
+                              "quota-used = o 30 1798761600\n");
+    /* m used up: refused until February */
+    struct sock_addr a = addr4("127.0.0.1");
+    assert_int_equal(users_charge(&u, m, 100, 50), 1);
+    assert_int_equal(users_admit(&u, m, &lim[0], &a, 1801439999, 60), UR_QUOTA);
+    assert_int_equal(users_quota_roll(&u, lim, 3, 1801439999), 0); /* 2027-01-31 23:59:59 */
+    assert_int_equal(users_quota_roll(&u, lim, 3, 1801440000), 2); /* 2027-02-01 00:00:00 */
+    assert_int_equal(users_admit(&u, m, &lim[0], &a, 1801440000, 60), -1);
+    users_release(&u, m, &a, 1801440000);
+    struct user_totals t;
+    users_stats_sum(&u, m, &t);
+    assert_int_equal(t.quota_used, 0);
+    users_stats_sum(&u, o, &t);
+    assert_int_equal(t.quota_used, 0);
+    users_stats_sum(&u, (uint32_t)users_find(&u, "l"), &t);
+    assert_int_equal(t.quota_used, 70); /* lifetime: kept */
+    assert_int_equal(users_quota_roll(&u, lim, 3, 1801440005), 0); /* once per period */
+    users_charge(&u, m, 100, 10);
+    /* the clock back into January: the bytes stay */
+    assert_int_equal(users_quota_roll(&u, lim, 3, 1801439000), 0);
+    users_stats_sum(&u, m, &t);
+    assert_int_equal(t.quota_used, 10);
+    free(buf);
+    free(buf2);
+    users_destroy(&v);
+    users_destroy(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_10000), cmocka_unit_test(test_options_10000_secrets),
         cmocka_unit_test(test_limit_parse),   cmocka_unit_test(test_admit),
-        cmocka_unit_test(test_rate),
+        cmocka_unit_test(test_rate),          cmocka_unit_test(test_quota_period),
+        cmocka_unit_test(test_limit_parse_period), cmocka_unit_test(test_quota_roll_and_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
