@@ -281,3 +281,20 @@ def test_api_needs_a_token_at_start(bins, tmp_path):
     rc, out = run_mtproxy(bins, ["--check-config", "--secret", f"a:{new_secret()}",
                                  "--api", "127.0.0.1:9101", "--api-token", TOKEN])
     assert rc == 0, out
+
+
+def test_created_user_served_to_telethon_at_once(procs, tmp_path):
+    """A real client (Telethon's MTProxy classes) with the secret the API answered, at once:
+    its req_pq_multi reaches the DC through the proxy and the ResPQ comes back."""
+    import tgprobe
+    api = Api(procs, tmp_path)
+    st, u = api("POST", "/users", {"name": "tele", "kind": "dd"})
+    assert st == 201, u
+    nonce, res = tgprobe.req_pq_via_proxy("dd", api.proxy.port, u["secret"], 2, timeout=T(10))
+    assert isinstance(res, tgprobe.ResPQ) and res.nonce == nonce, res
+    assert api("DELETE", "/users/tele")[0] == 200
+    try:
+        _, res = tgprobe.req_pq_via_proxy("dd", api.proxy.port, u["secret"], 2, timeout=T(4))
+    except Exception as e:  # refused: held, then closed
+        res = e
+    assert not isinstance(res, tgprobe.ResPQ), res
