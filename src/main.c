@@ -413,6 +413,10 @@ static void startup_checks(const struct options *o, const struct run_user *u, in
         check_file_dir("log", o->log, NULL, "this user", e);
     if (o->pidfile[0])
         check_file_dir("pidfile", o->pidfile, NULL, "this user", e);
+    /* The API rewrites users-file (a temporary file in its directory, then a rename) as the
+     * user the process runs as. */
+    if (o->api_on && o->users_file[0])
+        check_file_dir("users-file", o->users_file, pw, pw ? o->user : "this user", e);
     check_listen(o, check_only, e);
     char path[OPT_PATH_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", o->state_file);

@@ -281,6 +281,11 @@ def test_api_needs_a_token_at_start(bins, tmp_path):
     rc, out = run_mtproxy(bins, ["--check-config", "--secret", f"a:{new_secret()}",
                                  "--api", "127.0.0.1:9101", "--api-token", TOKEN])
     assert rc == 0, out
+    # the API could not write users-file there: found at start, not at the first call
+    rc, out = run_mtproxy(bins, ["--check-config", "--secret", f"a:{new_secret()}",
+                                 "--api", "127.0.0.1:9101", "--api-token", TOKEN,
+                                 "--users-file", str(tmp_path / "missing" / "users.conf")])
+    assert rc != 0 and "users-file" in out and "directory does not exist" in out, out
 
 
 def test_created_user_served_to_telethon_at_once(procs, tmp_path):
