@@ -309,13 +309,32 @@ static int reload_now(struct api *a, char *err, size_t errlen)
     return 0;
 }
 
+/* Drops the NAME.prev users (keep_previous) whose grace has passed. */
+static void ufile_prune(struct ufile *u)
+{
+    time_t now = time(NULL);
+    for (int i = 0; i < u->n; i++) {
+        size_t n = strlen(u->r[i].name);
+        struct user_limit l;
+        char err[CONFIG_ERR_LEN];
+        if (n < 6 || strcmp(u->r[i].name + n - 5, ".prev") || !u->r[i].limit ||
+            users_limit_parse(u->r[i].limit, &l, err, sizeof err) || !l.expires ||
+            l.expires > (int64_t)now)
+            continue;
+        free(u->r[i].secret);
+        free(u->r[i].limit);
+        u->r[i--] = u->r[--u->n];
+    }
+}
+
 /* Checks u's text, writes it to path and reloads; on a refused reload the old text goes
  * back. Returns 0, or the HTTP status of the error written to o. */
-static int ufile_commit(struct api *a, const char *path, const struct ufile *u, struct sbuf *o)
+static int ufile_commit(struct api *a, const char *path, struct ufile *u, struct sbuf *o)
 {
     struct sbuf b = {.max = CONFIG_FILE_MAX};
     char err[CONFIG_ERR_LEN], key[32];
     int code = 0;
+    ufile_prune(u);
     if (ufile_render(u, &b)) {
         code = fail(o, 500, NULL, "users-file would be larger than %d bytes", CONFIG_FILE_MAX);
     } else if (ufile_check(path, b.p, b.len, err, sizeof err, key, sizeof key)) {
@@ -680,6 +699,11 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
         code = fail(o, 400, "name", "name is required");
         goto out;
     }
+    if (strlen(name) > 5 && !strcmp(name + strlen(name) - 5, ".prev")) {
+        code = fail(o, 400, "name", "names ending in .prev are kept for the previous secret "
+                    "of a user rotated with a grace");
+        goto out;
+    }
     if ((code = secret_key_hex(given, key, o)) ||
         (code = secret_text(name, kind, domain, key, st, sizeof st, o)) ||
         (code = limit_line(name, NULL, j, json_get(j, NULL, "limits"), lim, sizeof lim, o)))
@@ -763,9 +787,15 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
     const char *path = users_file(g, o, &code);
     if (code || (code = user_of_file(g, path, name, &u, &r, o)))
         goto out;
-    free(u.r[r].secret);
-    free(u.r[r].limit);
-    u.r[r] = u.r[--u.n];
+    char prev[SECRET_NAME_MAX + 8];
+    snprintf(prev, sizeof prev, "%s.prev", name);
+    for (int k = 0; k < 2; k++) { /* the user, and its previous secret still in its grace */
+        if ((r = ufile_find(&u, k ? prev : name)) < 0)
+            continue;
+        free(u.r[r].secret);
+        free(u.r[r].limit);
+        u.r[r] = u.r[--u.n];
+    }
     if (!(code = ufile_commit(a, path, &u, o))) {
         o->len = 0;
         sbuf_printf(o, "{\"deleted\":");
@@ -777,6 +807,42 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
 out:
     ufile_free(&u);
     return code;
+}
+
+/* The previous secret of name, kept for grace seconds after a rotation: user NAME.prev (its
+ * own counters) with a limit line expires=now+grace, which the proxy enforces by itself (no
+ * timer; the line is dropped by a later change once past, see ufile_prune). Returns 0, or the
+ * HTTP status of the error written to o. */
+static int keep_previous(const struct gen *g, struct ufile *u, const char *name,
+                         const struct secret *old, long long grace, struct sbuf *o)
+{
+    char prev[SECRET_NAME_MAX + 8], hex[SECRET_HEX_MAX], st[sizeof prev + SECRET_HEX_MAX + 2],
+        lim[sizeof prev + 64];
+    snprintf(prev, sizeof prev, "%s.prev", name);
+    if (strlen(prev) >= SECRET_NAME_MAX)
+        return fail(o, 400, "grace_seconds", "a grace needs the name NAME.prev for the old "
+                    "secret, and '%s' is too long for that", prev);
+    int r = ufile_find(u, prev);
+    if ((r < 0 || !u->r[r].secret) && options_find_secret(&g->opt, prev) >= 0)
+        return fail(o, 409, "grace_seconds", "a grace needs the name '%s' for the old secret, "
+                    "and a user of the config file has it", prev);
+    time_t until = time(NULL) + (time_t)grace;
+    struct tm tm;
+    char when[32];
+    gmtime_r(&until, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    secret_to_hex(old, hex, sizeof hex);
+    snprintf(st, sizeof st, "%s:%s", prev, hex);
+    snprintf(lim, sizeof lim, "%s expires=%s", prev, when);
+    struct urec *rec = ufile_rec(u, prev, strlen(prev));
+    char *sc = strdup(st);
+    if (!rec || !sc || rec_limit(rec, lim)) {
+        free(sc);
+        return fail(o, 500, NULL, "out of memory");
+    }
+    free(rec->secret);
+    rec->secret = sc;
+    return 0;
 }
 
 static int user_rotate(struct api *a, const char *name, const char *body, size_t blen,
@@ -794,10 +860,15 @@ static int user_rotate(struct api *a, const char *name, const char *body, size_t
                           (code = only_fields(j, allowed, o)))))
         goto out;
     const struct json_field *gr = json_get(j, NULL, "grace_seconds");
-    if (gr && !(gr->type == JSON_NULL || (gr->type == JSON_NUMBER && !strcmp(gr->val, "0")))) {
-        code = fail(o, 501, "grace_seconds", "a grace period is not implemented yet: the old "
-                    "secret stops at once (give grace_seconds 0 or leave it out)");
-        goto out;
+    long long grace = 0;
+    if (gr && gr->type != JSON_NULL) {
+        char *end;
+        grace = gr->type == JSON_NUMBER ? strtoll(gr->val, &end, 10) : -1;
+        if (grace < 0 || grace > 30 * 86400 || (gr->type == JSON_NUMBER && *end)) {
+            code = fail(o, 400, "grace_seconds", "grace_seconds must be a whole number of "
+                        "seconds from 0 to 2592000 (30 days)");
+            goto out;
+        }
     }
     if ((code = user_of_file(g, path, name, &u, &r, o)))
         goto out;
@@ -807,6 +878,9 @@ static int user_rotate(struct api *a, const char *name, const char *body, size_t
         code = fail(o, 409, NULL, "users-file: %s", err);
         goto out;
     }
+    if (grace && (code = keep_previous(g, &u, name, &s, grace, o)))
+        goto out;
+    r = ufile_find(&u, name); /* keep_previous may have moved the records */
     if (crypto_random(s.key, sizeof s.key)) {
         code = fail(o, 500, NULL, "no random source");
         goto out;

@@ -222,13 +222,32 @@ def test_rotate(procs, tmp_path):
     api = Api(procs, tmp_path)
     old = api("POST", "/users", {"name": "rot", "limits": {"conns": 3}})[1]["secret"]
     assert served(api.proxy, old)
-    st, err = api("POST", "/users/rot/rotate", {"grace_seconds": 60})
-    assert st == 501 and err["field"] == "grace_seconds", err  # documented: not yet
+    for bad in (-1, 1.5, "10", 10 ** 9):
+        st, err = api("POST", "/users/rot/rotate", {"grace_seconds": bad})
+        assert (st, err["field"]) == (400, "grace_seconds"), (bad, err)
     st, u = api("POST", "/users/rot/rotate")
     assert st == 200 and u["secret"] != old and u["limits"]["conns"] == 3, u
     assert refused(api.proxy, old)
     assert served(api.proxy, u["secret"])
     assert api("POST", "/users/nobody/rotate")[0] == 404
+
+
+def test_rotate_with_grace(procs, tmp_path):
+    """The old secret serves beside the new one for grace_seconds (as user NAME.prev with an
+    expiry the proxy enforces by itself), then is refused; a later change drops its lines."""
+    api = Api(procs, tmp_path)
+    old = api("POST", "/users", {"name": "gr"})[1]["secret"]
+    grace = max(3, int(T(3)))
+    st, u = api("POST", "/users/gr/rotate", {"grace_seconds": grace})
+    assert st == 200 and u["secret"] != old, u
+    st, prev = api("GET", "/users/gr.prev")
+    assert st == 200 and prev["secret"] == old and prev["limits"]["expires"], prev
+    assert served(api.proxy, old) and served(api.proxy, u["secret"])
+    assert wait_until(lambda: refused(api.proxy, old), grace + T(5), step=0.5)
+    assert served(api.proxy, u["secret"])
+    api("POST", "/users", {"name": "other"})  # any change drops the lapsed lines
+    assert "gr.prev" not in api.file_text()
+    assert api("POST", "/users", {"name": "x.prev"})[1]["field"] == "name"
 
 
 def test_hand_edit_and_sighup(procs, tmp_path):
