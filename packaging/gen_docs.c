@@ -46,6 +46,9 @@ static const struct example examples[] = {
     {"public-host", {"proxy.example.org"}},
     {"user", {"nobody"}},
     {"pidfile", {"/run/mtproxy.pid"}},
+    {"users-file", {"/etc/mtproxy/users.conf"}},
+    {"api", {"127.0.0.1:9101"}},
+    {"api-token", {"<a long random string, e.g. from: head -c 24 /dev/urandom | base64>"}},
 };
 
 static const char *section_title(const char *name)

@@ -29,6 +29,7 @@
 #include "core/worker.h"
 #include "crypto/crypto.h"
 #include "proto/secret.h"
+#include "proxy/api.h"
 #include "proxy/conn.h"
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
@@ -420,6 +421,10 @@ static void startup_checks(const struct options *o, const struct run_user *u, in
         check_file_dir("log", o->log, NULL, "this user", e);
     if (o->pidfile[0])
         check_file_dir("pidfile", o->pidfile, NULL, "this user", e);
+    /* The API rewrites users-file (a temporary file in its directory, then a rename) as the
+     * user the process runs as. */
+    if (o->api_on && o->users_file[0])
+        check_file_dir("users-file", o->users_file, pw, pw ? o->user : "this user", e);
     check_listen(o, check_only, e, busy);
     char path[OPT_PATH_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", o->state_file);
@@ -557,6 +562,7 @@ struct app {
     struct proxy_worker *pws;
     struct metrics_shared mshared;
     struct metrics_server *msrv;
+    struct api_reloads api_rl; /* the management API waits on these for its reloads */
     /* detach and run */
     char pidfile[OPT_PATH_MAX];
     struct state_saver saver;
@@ -758,12 +764,34 @@ static int app_preflight(struct app *a)
     return APP_ON;
 }
 
-/* The metrics server: one listener, served by a thread of its own (started with the workers). */
+/* The management API's listener, on the metrics server's thread. */
+static int app_api(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    char err[512], s[SOCK_ADDR_STRLEN];
+    int fd = sock_listen(&opt->api_addr, 128, 1, NULL, err, sizeof err);
+    if (fd < 0 || metrics_server_add_api(a->msrv, fd, &a->api_rl)) {
+        log_error("api: %s", fd < 0 ? err : "out of memory");
+        return 1;
+    }
+    sock_addr_format(&opt->api_addr, s, sizeof s);
+    log_info("management API on http://%s/api/v1/ (token required)%s", s,
+             opt->users_file[0] ? "" : "; no users-file: users cannot be changed through it");
+    return APP_ON;
+}
+
+/* The metrics server: one listener, served by a thread of its own (started with the workers);
+ * the management API's listener too if set (with no metrics listener if metrics is off). */
 static int app_metrics(struct app *a)
 {
     const struct options *opt = &a->g->opt;
     char err[512];
     metrics_shared_init(&a->mshared, opt, a->pws, a->ws, a->nworkers, a->replay);
+    if (!opt->metrics_on) {
+        if (!(a->msrv = metrics_server_new(&a->mshared, a->g, -1)))
+            return 1;
+        return app_api(a);
+    }
     int fd = sock_listen(&opt->metrics_addr, 128, 1, NULL, err, sizeof err);
     if (fd < 0) {
         log_error("metrics: %s", err);
@@ -778,7 +806,7 @@ static int app_metrics(struct app *a)
     log_info("metrics on http://%s/ (/metrics, /stats)%s", s,
              opt->metrics_token[0] ? ", token required"
              : a->mshared.loopback ? "" : "; no metrics-token: the page shows no links");
-    return APP_ON;
+    return opt->api_on ? app_api(a) : APP_ON;
 }
 
 /* Worker i: its loop, its proxy state (and middle mode's links), its listeners. */
@@ -853,7 +881,7 @@ static int app_workers(struct app *a)
         else if (msg[0])
             log_info("%s", msg);
     }
-    int rc = opt->metrics_on ? app_metrics(a) : APP_ON;
+    int rc = opt->metrics_on || opt->api_on ? app_metrics(a) : APP_ON;
     if (rc == APP_ON)
         log_acl(&a->g->acl);
     return rc;
@@ -980,7 +1008,10 @@ static int app_run(struct app *a)
         if (sig < 0) {
             state_save(&a->saver, a->g, 0);
         } else if (sig == SIGHUP) {
+            struct gen *before = a->g;
+            api_reload_begin(&a->api_rl);
             app_reload(a);
+            api_reload_end(&a->api_rl, a->g != before, a->errs.count ? a->errs.msg[0] : NULL);
         } else if (sig == SIGUSR1) {
             log_stats(a->pws, a->ws, a->nworkers);
         } else {

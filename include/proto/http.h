@@ -23,7 +23,7 @@
 
 enum http_status { HTTP_OK = 0, HTTP_NEED_MORE = 1, HTTP_BAD = -1 };
 
-enum http_method { HTTP_GET = 0, HTTP_HEAD };
+enum http_method { HTTP_GET = 0, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_PATCH, HTTP_DELETE };
 
 struct http_request {
     size_t consumed;              /* OK: length of the head (through the empty line) */
@@ -35,7 +35,10 @@ struct http_request {
     char host[HTTP_HOST_MAX];     /* the Host header's value ("" if absent) */
     int has_token, has_bearer, has_host;
     int nheaders;
-    int code;                     /* BAD: the status to answer with (400, 405, 414, 431, 505) */
+    size_t max_body;              /* as given to http_parse_request_body (0: no body) */
+    size_t content_length;        /* the body's length (0: none); it follows the head */
+    int has_length;
+    int code;                     /* BAD: the status to answer with (400, 405, 413, 414, 431, 505) */
     const char *why;              /* BAD: what was wrong (a static string) */
 };
 
@@ -46,6 +49,15 @@ struct http_request {
  * only buf[0..len). */
 enum http_status http_parse_request(const uint8_t *buf, size_t len, size_t max,
                                     size_t max_headers, struct http_request *out);
+
+/* As http_parse_request, but with max_body > 0 the methods POST, PUT, PATCH and DELETE are
+ * accepted too, and a body of Content-Length bytes up to max_body (a larger one is BAD, 413;
+ * a malformed or repeated Content-Length, or any Transfer-Encoding, is BAD, 400): the body is
+ * buf[consumed .. consumed + content_length), for the caller to wait for. max_body 0 is
+ * http_parse_request. */
+enum http_status http_parse_request_body(const uint8_t *buf, size_t len, size_t max,
+                                         size_t max_headers, size_t max_body,
+                                         struct http_request *out);
 
 /* 1 if a and b are equal strings, in time that depends only on their lengths. */
 int http_token_equal(const char *a, const char *b);

@@ -74,11 +74,18 @@ int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
                         struct proxy_worker *pws, struct worker *ws, int nworkers,
                         struct replay *replay);
 
-/* A server on listening socket lfd (owned from now on, also on failure) serving ms (which
+/* A server on listening socket lfd (-1: none, the API only; owned from now on, also on failure) serving ms (which
  * must outlive it; ms->http is pointed at the server's counters) with generation g (a
  * reference is taken). Nothing runs until metrics_server_start. Returns it, or NULL (out of
  * memory). */
 struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen *g, int lfd);
+
+struct api_reloads;
+
+/* Adds the management API's listener fd (owned from now on, also on failure) to s, before
+ * metrics_server_start; rl is where main counts its reloads (proxy/api.h). Returns 0, or -1
+ * (out of memory). */
+int metrics_server_add_api(struct metrics_server *s, int fd, struct api_reloads *rl);
 
 /* Starts the server's thread (after any fork: daemonize), at the lowest priority (SCHED_IDLE,
  * nice 19) so that the relays' threads always win. Returns 0, or an errno value. */

@@ -152,6 +152,13 @@ struct options {
     char metrics_token[256];
     int metrics_public;       /* metrics-public: a non-loopback address without a token is meant */
 
+    /* users-file = PATH: more `secret` and `limit` lines, rewritten by the management API. */
+    char users_file[OPT_PATH_MAX];
+    /* The management API (api = ADDR:PORT, served by the metrics server's thread). */
+    int api_on;
+    struct sock_addr api_addr;
+    char api_token[256];
+
     /* Access list (checked at accept, before any byte is read): deny wins; with any allow
      * entry only allowed sources are served. Files are read at start (and on reload). */
     struct cidr allow[OPT_MAX_ACL], deny[OPT_MAX_ACL];
@@ -226,6 +233,16 @@ int options_load_state(struct options *o, const char *path, char *err, size_t er
  * BYTES`) to path atomically (mode 0600). Returns 0, or -1 with err. */
 int options_save_state_text(const struct secret *s, const char *extra, const char *path,
                             char *err, size_t errlen);
+
+/* Loads users-file text (name: its path, for errors as NAME:LINE) into o: `secret` and
+ * `limit` lines only (any other key is an error), appended to what o holds; blank lines and
+ * comments as in the config. Errors go to errs. Returns the number of errors added. */
+int options_load_users(struct options *o, const char *name, const char *data, size_t len,
+                       struct config_errors *errs);
+
+/* Reads users-file path (a missing file is an empty one) and loads it as options_load_users
+ * does. Returns the number of errors added. */
+int options_load_users_file(struct options *o, const char *path, struct config_errors *errs);
 
 /* Writes secret s to path atomically (mode 0600). Returns 0, or -1 with err. */
 int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen);

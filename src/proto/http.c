@@ -93,6 +93,14 @@ static enum http_status request_line(const uint8_t *l, size_t n, struct http_req
         out->method = HTTP_GET;
     else if (sp1 == 4 && memcmp(l, "HEAD", 4) == 0)
         out->method = HTTP_HEAD;
+    else if (out->max_body && sp1 == 4 && memcmp(l, "POST", 4) == 0)
+        out->method = HTTP_POST;
+    else if (out->max_body && sp1 == 3 && memcmp(l, "PUT", 3) == 0)
+        out->method = HTTP_PUT;
+    else if (out->max_body && sp1 == 5 && memcmp(l, "PATCH", 5) == 0)
+        out->method = HTTP_PATCH;
+    else if (out->max_body && sp1 == 6 && memcmp(l, "DELETE", 6) == 0)
+        out->method = HTTP_DELETE;
     else
         return bad(out, 405, "method not allowed");
     size_t t = sp1 + 1, sp2 = t;
@@ -150,8 +158,24 @@ static enum http_status header_line(const uint8_t *l, size_t n, struct http_requ
     size_t vn = ve - vs;
     if (ieq(l, c, "transfer-encoding"))
         return bad(out, 400, "request body not accepted");
-    if (ieq(l, c, "content-length") && !(vn == 1 && v[0] == '0'))
+    if (ieq(l, c, "content-length") && !out->max_body && !(vn == 1 && v[0] == '0'))
         return bad(out, 400, "request body not accepted");
+    if (ieq(l, c, "content-length")) {
+        if (out->has_length)
+            return bad(out, 400, "repeated content-length");
+        size_t cl = 0;
+        if (vn == 0 || vn > 12)
+            return bad(out, vn ? 413 : 400, vn ? "request body too large" : "malformed content-length");
+        for (size_t i = 0; i < vn; i++) {
+            if (v[i] < '0' || v[i] > '9')
+                return bad(out, 400, "malformed content-length");
+            cl = cl * 10 + (size_t)(v[i] - '0');
+        }
+        if (cl > out->max_body && cl)
+            return bad(out, 413, "request body too large");
+        out->content_length = cl;
+        out->has_length = 1;
+    }
     if (ieq(l, c, "host")) {
         if (out->has_host)
             return bad(out, 400, "repeated host");
@@ -181,7 +205,15 @@ static enum http_status header_line(const uint8_t *l, size_t n, struct http_requ
 enum http_status http_parse_request(const uint8_t *buf, size_t len, size_t max,
                                     size_t max_headers, struct http_request *out)
 {
+    return http_parse_request_body(buf, len, max, max_headers, 0, out);
+}
+
+enum http_status http_parse_request_body(const uint8_t *buf, size_t len, size_t max,
+                                         size_t max_headers, size_t max_body,
+                                         struct http_request *out)
+{
     memset(out, 0, sizeof *out);
+    out->max_body = max_body;
     size_t lim = len < max ? len : max;
     size_t pos = 0;
     int line_no = 0;

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/replay.h"
 #include "proto/http.h"
+#include "proxy/api.h"
 #include "proxy/counters.h"
 #include "proxy/prefix.h"
 #include "proxy/qr.h"
@@ -640,7 +641,10 @@ struct metrics_conn {
     ev_tstamp born;
     uint8_t src[16];        /* the peer's address (IPv4 as ::ffff:a.b.c.d) */
     enum { MC_READ = 0, MC_WRITE, MC_LINGER } state;
-    size_t len;             /* request bytes in req */
+    int api;                /* accepted on the API's listener */
+    uint8_t *big;           /* API: a request whose body outgrows req (head and body) */
+    size_t bigcap;
+    size_t len;             /* request bytes in req (or big) */
     uint8_t req[METRICS_REQ_MAX];
     char head[1280];        /* status line and headers, then a short text body if any */
     size_t head_len;
@@ -650,7 +654,11 @@ struct metrics_conn {
 
 struct metrics_server {
     struct metrics_shared *ms;
-    int lfd;
+    int lfd;                /* -1: only the API */
+    int napi;               /* API connections open (at most API_MAX_CONNS) */
+    int alfd;               /* the API's listener, or -1 */
+    ev_io alio;
+    struct api *api;
     struct ev_loop *loop;   /* made by metrics_server_start (after any fork) */
     pthread_t thread;
     int started;
@@ -751,12 +759,17 @@ static struct mbody *body_get(struct metrics_server *s, int which, int links)
 static void mconn_close(struct metrics_conn *m)
 {
     struct ev_loop *loop = m->s->loop;
+    if (m->api && m->s->napi-- == API_MAX_CONNS && m->s->alfd >= 0)
+        ev_io_start(loop, &m->s->alio); /* a slot for the next queued API client */
     ev_io_stop(loop, &m->io);
     ev_timer_stop(loop, &m->timer);
     close(m->fd);
     m->fd = -1;
     body_unref(m->body);
     m->body = NULL;
+    free(m->big);
+    m->big = NULL;
+    m->bigcap = 0;
 }
 
 /* What a send/recv result means: IO_MOVED bytes moved, IO_AGAIN retry at once (EINTR),
@@ -856,6 +869,12 @@ static const char *status_text(int code)
 {
     switch (code) {
     case 200: return "OK";
+    case 201: return "Created";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 504: return "Gateway Timeout";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -973,10 +992,29 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
     respond(m, 200, type, body, NULL, head);
 }
 
+/* An API request (its body follows the head): the answer is JSON. */
+static void serve_api(struct metrics_conn *m, const struct http_request *rq, const uint8_t *buf)
+{
+    struct sbuf out = {.max = METRICS_BODY_MAX};
+    int code = api_serve(m->s->api, rq, (const char *)buf + rq->consumed, rq->content_length,
+                         &out);
+    if (code == 401)
+        STAT_INC(&m->s->stats.unauthorized);
+    struct mbody *b = body_of(&out);
+    if (!b)
+        respond_text(m, 503, "out of memory\n", 0);
+    else
+        respond(m, code, "application/json", b, NULL, rq->method == HTTP_HEAD);
+}
+
 static void mconn_read(struct metrics_conn *m)
 {
-    while (m->len < sizeof m->req) {
-        ssize_t n = recv(m->fd, m->req + m->len, sizeof m->req - m->len, 0);
+    for (;;) {
+        uint8_t *buf = m->big ? m->big : m->req;
+        size_t cap = m->big ? m->bigcap : sizeof m->req;
+        if (m->len >= cap)
+            break;
+        ssize_t n = recv(m->fd, buf + m->len, cap - m->len, 0);
         enum io_step st = io_step(n);
         if (st == IO_WAIT)
             break;
@@ -988,15 +1026,33 @@ static void mconn_read(struct metrics_conn *m)
             m->len += (size_t)n;
     }
     struct http_request rq;
-    enum http_status st =
-        http_parse_request(m->req, m->len, sizeof m->req, METRICS_MAX_HEADERS, &rq);
+    const uint8_t *buf = m->big ? m->big : m->req;
+    enum http_status st = http_parse_request_body(buf, m->len, sizeof m->req, METRICS_MAX_HEADERS,
+                                                  m->api ? API_BODY_MAX : 0, &rq);
     if (st == HTTP_NEED_MORE)
         return;
+    if (st == HTTP_OK && m->len < rq.consumed + rq.content_length) { /* the body's rest */
+        size_t need = rq.consumed + rq.content_length;
+        if (need > (m->big ? m->bigcap : sizeof m->req)) {
+            uint8_t *big = malloc(need);
+            if (!big) {
+                mconn_close(m);
+                return;
+            }
+            memcpy(big, buf, m->len);
+            free(m->big);
+            m->big = big;
+            m->bigcap = need;
+        }
+        return; /* level-triggered: bytes still queued wake us again */
+    }
     if (st == HTTP_BAD) {
         STAT_INC(&m->s->stats.bad_requests);
         char msg[160];
         snprintf(msg, sizeof msg, "%s\n", rq.why);
         respond_text(m, rq.code, msg, 0);
+    } else if (m->api) {
+        serve_api(m, &rq, buf);
     } else {
         serve(m, &rq);
     }
@@ -1052,7 +1108,7 @@ static struct metrics_conn *slot_get(struct metrics_server *s, const uint8_t src
         }
         int same = !memcmp(m->src, src, 16);
         mine += same;
-        if (m->state == MC_WRITE)
+        if (m->state == MC_WRITE || m->api) /* API clients wait their turn: never evicted */
             continue;
         if (!oldest || m->born < oldest->born)
             oldest = m;
@@ -1064,6 +1120,15 @@ static struct metrics_conn *slot_get(struct metrics_server *s, const uint8_t src
     if (free_slot)
         return free_slot;
     return oldest ? slot_evict(s, oldest) : NULL;
+}
+
+/* A free slot for an API connection, or NULL. */
+static struct metrics_conn *slot_free(struct metrics_server *s)
+{
+    for (int i = 0; i < METRICS_MAX_CONNS; i++)
+        if (s->conns[i].fd < 0)
+            return &s->conns[i];
+    return NULL;
 }
 
 static void source_key(const struct sockaddr_storage *ss, uint8_t k[16])
@@ -1080,14 +1145,27 @@ static void source_key(const struct sockaddr_storage *ss, uint8_t k[16])
 static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct metrics_server *s = io->data;
+    int api = io == &s->alio;
     for (int i = 0; i < 16; i++) {
+        if (api && s->napi >= API_MAX_CONNS) {
+            /* More API clients wait in the listen queue (calls are one at a time anyway);
+             * they are not refused, and a metrics flood cannot push them out. */
+            ev_io_stop(loop, &s->alio);
+            return;
+        }
+        if (api && !slot_free(s)) { /* every slot busy: try again in a moment */
+            ev_io_stop(loop, &s->alio);
+            ev_timer_start(loop, &s->retry);
+            return;
+        }
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
                        errno == ENOMEM)) {
             /* Out of descriptors: the socket stays readable; wait instead of spinning. */
             ev_io_stop(loop, &s->lio);
+            ev_io_stop(loop, &s->alio);
             ev_timer_start(loop, &s->retry);
             return;
         }
@@ -1095,13 +1173,15 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
             return; /* EAGAIN, or a connection that went away */
         uint8_t src[16];
         source_key(&ss, src);
-        struct metrics_conn *m = slot_get(s, src);
+        struct metrics_conn *m = api ? slot_free(s) : slot_get(s, src);
         if (!m) {
             close(fd);
             STAT_INC(&s->stats.evicted);
             continue;
         }
         m->fd = fd;
+        m->api = api;
+        s->napi += api;
         memcpy(m->src, src, 16);
         m->len = 0;
         m->off = 0;
@@ -1111,7 +1191,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         m->born = ev_now(loop);
         ev_io_set(&m->io, fd, EV_READ);
         ev_io_start(loop, &m->io);
-        ev_timer_set(&m->timer, METRICS_READ_TIMEOUT, 0);
+        ev_timer_set(&m->timer, api ? API_READ_TIMEOUT : METRICS_READ_TIMEOUT, 0);
         ev_timer_start(loop, &m->timer);
     }
 }
@@ -1119,7 +1199,10 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
 static void on_metrics_retry(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct metrics_server *s = t->data;
-    ev_io_start(loop, &s->lio);
+    if (s->lfd >= 0)
+        ev_io_start(loop, &s->lio);
+    if (s->alfd >= 0)
+        ev_io_start(loop, &s->alio);
 }
 
 /* A new generation (its cached bodies go stale with it), or stop. */
@@ -1148,6 +1231,7 @@ struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen 
     s->ms = ms;
     ms->http = &s->stats;
     s->lfd = lfd;
+    s->alfd = -1;
     gen_ref(g);
     s->gen = g;
     for (int i = 0; i < METRICS_MAX_CONNS; i++) {
@@ -1161,6 +1245,8 @@ struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen 
     }
     ev_io_init(&s->lio, on_metrics_accept, lfd, EV_READ);
     s->lio.data = s;
+    ev_io_init(&s->alio, on_metrics_accept, -1, EV_READ);
+    s->alio.data = s;
     ev_timer_init(&s->retry, on_metrics_retry, 0.25, 0);
     s->retry.data = s;
     ev_async_init(&s->wake, on_metrics_wake);
@@ -1192,13 +1278,40 @@ int metrics_server_start(struct metrics_server *s)
 {
     if (!(s->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK)))
         return ENOMEM;
-    ev_io_start(s->loop, &s->lio);
+    if (s->lfd >= 0)
+        ev_io_start(s->loop, &s->lio);
+    if (s->alfd >= 0)
+        ev_io_start(s->loop, &s->alio);
     ev_async_start(s->loop, &s->wake);
     ev_async_send(s->loop, &s->wake); /* a generation posted before the start */
     int rc = pthread_create(&s->thread, NULL, metrics_thread, s);
     if (rc)
         return rc;
     s->started = 1;
+    return 0;
+}
+
+/* The API's view of the generation: the newest posted, adopted now (its caller waited for a
+ * reload that posted one). */
+static struct gen *api_current_gen(void *arg)
+{
+    struct metrics_server *s = arg;
+    struct gen *g = atomic_exchange(&s->next_gen, NULL);
+    if (g) {
+        gen_unref(s->gen);
+        s->gen = g;
+    }
+    return s->gen;
+}
+
+int metrics_server_add_api(struct metrics_server *s, int fd, struct api_reloads *rl)
+{
+    if (!(s->api = api_new(rl, api_current_gen, s))) {
+        close(fd);
+        return -1;
+    }
+    s->alfd = fd;
+    ev_io_set(&s->alio, fd, EV_READ);
     return 0;
 }
 
@@ -1235,7 +1348,11 @@ void metrics_server_free(struct metrics_server *s)
     for (int i = 0; i < MB_COUNT; i++)
         free(s->spare[i].p);
     body_unref(s->status_page);
-    close(s->lfd);
+    if (s->lfd >= 0)
+        close(s->lfd);
+    if (s->alfd >= 0)
+        close(s->alfd);
+    api_free(s->api);
     if (s->loop)
         ev_loop_destroy(s->loop);
     gen_unref(s->gen);

@@ -408,17 +408,30 @@ static int parse_rstore(void *conf, const char *v, char *err, size_t errlen)
     return rstore_parse_url(v, &((struct options *)conf)->rstore, err, errlen);
 }
 
+/* ADDR:PORT or off, for a listener of its own (metrics, api). */
+static int parse_listener(const char *v, int *on, struct sock_addr *addr, char *err,
+                          size_t errlen)
+{
+    if (!strcmp(v, "off")) {
+        *on = 0;
+        return 0;
+    }
+    if (sock_addr_parse(v, 0, 0, addr, err, errlen))
+        return -1;
+    *on = 1;
+    return 0;
+}
+
 static int parse_metrics(void *conf, const char *v, char *err, size_t errlen)
 {
     struct options *o = conf;
-    if (!strcmp(v, "off")) {
-        o->metrics_on = 0;
-        return 0;
-    }
-    if (sock_addr_parse(v, 0, 0, &o->metrics_addr, err, errlen))
-        return -1;
-    o->metrics_on = 1;
-    return 0;
+    return parse_listener(v, &o->metrics_on, &o->metrics_addr, err, errlen);
+}
+
+static int parse_api(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    return parse_listener(v, &o->api_on, &o->api_addr, err, errlen);
 }
 
 static void reset_allow(void *conf) { ((struct options *)conf)->nallow = 0; }
@@ -744,6 +757,25 @@ const struct config_option options_table[] = {
      "metrics-token (refused at start otherwise): anyone who reaches it can read every user's "
      "name and traffic and make the proxy render pages. Say on only behind a firewall that "
      "lets just your monitoring in."},
+    {.name = "users-file", .type = CFG_STRING, .offset = OFF(users_file),
+     .str_size = OPT_PATH_MAX, .arg = "PATH", .help = "A file of more `secret = NAME:SECRET` and "
+     "`limit = NAME ...` lines (no other keys), read with the config at start and on SIGHUP "
+     "(a missing file counts as empty; its errors are reported as PATH:LINE). The management "
+     "API (api) rewrites it atomically (mode 0600, comments not kept) before it answers a "
+     "change, so a restart, a SIGHUP and the API always agree; a hand edit plus SIGHUP works "
+     "too."},
+    {.name = "api", .type = CFG_CUSTOM, .arg = "ADDR:PORT|off", .def = "off",
+     .parse = parse_api,
+     .help = "Serve the management API (JSON under /api/v1: users listed, created, changed, "
+             "rotated and deleted; reload; health; see docs/api.md) on this address, from the "
+             "metrics server's thread. Needs api-token, on any address (loopback too: every "
+             "local user and any web page the browser opens can reach loopback), and "
+             "users-file for the calls that change users. Keep it on loopback, e.g. "
+             "127.0.0.1:9101."},
+    {.name = "api-token", .type = CFG_STRING, .offset = OFF(api_token), .str_size = 256,
+     .arg = "STRING", .help = "The token every API request must carry (Authorization: Bearer "
+     "STRING); not the metrics token. Whoever holds it can add users: treat it like a secret "
+     "(at least 16 characters)."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},
@@ -956,6 +988,10 @@ int options_validate(struct config_parser *p, struct options *o)
         ERR("metrics is not a loopback address and metrics-token is not set: anyone who can "
             "reach it could read every user's name and traffic and load the process; set "
             "metrics-token, or metrics-public = on if that is meant");
+    if (o->api_on && strlen(o->api_token) < 16)
+        ERR("api is set but api-token is %s: the API can add users, so every request must "
+            "carry a token of at least 16 characters, on any address",
+            o->api_token[0] ? "shorter than 16 characters" : "not set");
     if (o->only_ipv4 && o->prefer_ipv6)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)
@@ -1057,6 +1093,64 @@ int options_save_state_text(const struct secret *s, const char *extra, const cha
         return -1;
     }
     return 0;
+}
+
+/* users-file's keys: the options table's own secret and limit entries. */
+static const struct config_option *users_key(const char *name)
+{
+    for (size_t i = 0; i < options_count; i++)
+        if (!strcmp(options_table[i].name, name))
+            return &options_table[i];
+    return NULL;
+}
+
+int options_load_users(struct options *o, const char *name, const char *data, size_t len,
+                       struct config_errors *errs)
+{
+    struct config_option keys[2] = {*users_key("secret"), *users_key("limit")};
+    struct config_parser *p = malloc(sizeof *p);
+    if (!p) {
+        if (errs->count < CONFIG_MAX_ERRORS)
+            snprintf(errs->msg[errs->count], CONFIG_ERR_LEN, "%s: out of memory", name);
+        errs->count++;
+        return 1;
+    }
+    config_init(p, keys, 2, o);
+    /* Appended to the config's lines: no source replaces them (see CFG_REPEAT). */
+    p->origin[0] = p->origin[1] = CFG_FROM_ARGS;
+    int n = config_load_buffer(p, name, data, len);
+    int shown = p->errors.count < CONFIG_MAX_ERRORS ? p->errors.count : CONFIG_MAX_ERRORS;
+    for (int i = 0; i < shown; i++) {
+        if (errs->count < CONFIG_MAX_ERRORS)
+            memcpy(errs->msg[errs->count], p->errors.msg[i], CONFIG_ERR_LEN);
+        errs->count++;
+    }
+    errs->count += p->errors.count - shown;
+    free(p);
+    return n;
+}
+
+int options_load_users_file(struct options *o, const char *path, struct config_errors *errs)
+{
+    FILE *f = fopen(path, "re");
+    if (!f && errno == ENOENT)
+        return 0;
+    char *data = f ? malloc(CONFIG_FILE_MAX + 1) : NULL;
+    size_t len = data ? fread(data, 1, CONFIG_FILE_MAX + 1, f) : 0;
+    const char *why = !f ? strerror(errno) : !data ? "out of memory"
+                      : ferror(f) ? "read error" : len > CONFIG_FILE_MAX ? "too large" : NULL;
+    if (f)
+        fclose(f);
+    int n = 1;
+    if (why) {
+        if (errs->count < CONFIG_MAX_ERRORS)
+            snprintf(errs->msg[errs->count], CONFIG_ERR_LEN, "%s: cannot read: %s", path, why);
+        errs->count++;
+    } else {
+        n = options_load_users(o, path, data, len, errs);
+    }
+    free(data);
+    return n;
 }
 
 int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen)

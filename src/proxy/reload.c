@@ -169,6 +169,8 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     if (r->config_path)
         config_load_file(p, r->config_path);
     config_load_args(p, r->argc, r->argv);
+    if (g->opt.users_file[0]) /* its lines are added to the config's (and the arguments') */
+        options_load_users_file(&g->opt, g->opt.users_file, &p->errors);
     options_validate(p, &g->opt);
     /* The access list's files are read here, so their bad lines are reported as PATH:LINE. */
     acl_build(&g->acl, &g->opt, &p->errors);
@@ -243,7 +245,7 @@ static const char *const restart_keys[] = {
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
     "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max", "metrics",
-    "listen-prefix",
+    "listen-prefix", "api",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own
@@ -293,6 +295,13 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
             return 0;
         b->middle = a->middle;
         memcpy(b->ad_tag, a->ad_tag, sizeof b->ad_tag);
+        return 1;
+    }
+    if (!strcmp(key, "api")) { /* bound at start, like metrics */
+        if (a->api_on == b->api_on && !memcmp(&a->api_addr, &b->api_addr, sizeof a->api_addr))
+            return 0;
+        b->api_on = a->api_on;
+        b->api_addr = a->api_addr;
         return 1;
     }
     if (!strcmp(key, "metrics")) { /* the listeners are bound at start */

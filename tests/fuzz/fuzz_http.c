@@ -42,6 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(http_parse_request(buf, i, max, maxh, &p) == HTTP_NEED_MORE);
         }
     }
+    /* The API's form: the same head with bodies allowed; a body bound is kept. */
+    struct http_request b;
+    enum http_status sb = http_parse_request_body(buf, size, max, maxh, 64, &b);
+    if (sb == HTTP_OK) {
+        FUZZ_CHECK(b.content_length <= 64 && b.consumed <= size && b.path[0] == '/');
+        FUZZ_CHECK(b.method >= HTTP_GET && b.method <= HTTP_DELETE);
+    } else if (sb == HTTP_BAD) {
+        FUZZ_CHECK(b.why != NULL && b.code >= 400 && b.code <= 505);
+    }
+    if (st == HTTP_OK) /* what metrics accepts, the API form accepts too */
+        FUZZ_CHECK(sb == HTTP_OK && b.consumed == r.consumed);
     free(buf);
     return 0;
 }

@@ -152,12 +152,61 @@ static void test_host(void **state)
     assert_int_equal(parse(req, &r), HTTP_OK);
 }
 
+static enum http_status parse_body(const char *s, size_t max_body, struct http_request *r)
+{
+    return http_parse_request_body((const uint8_t *)s, strlen(s), 4096, 32, max_body, r);
+}
+
+/* The API's form: methods with a body of Content-Length bytes, bounded. */
+static void test_body(void **state)
+{
+    struct http_request r;
+    const char *req = "POST /api/v1/users HTTP/1.1\r\nContent-Length: 10\r\n\r\n{\"name\":1}";
+    assert_int_equal(parse_body(req, 64, &r), HTTP_OK);
+    assert_int_equal(r.method, HTTP_POST);
+    assert_int_equal(r.content_length, 10);
+    assert_int_equal(r.consumed, strlen(req) - 10);
+    assert_int_equal(parse_body("PATCH /x HTTP/1.1\r\n\r\n", 64, &r), HTTP_OK);
+    assert_int_equal(r.method, HTTP_PATCH);
+    assert_int_equal(r.content_length, 0);
+    assert_int_equal(parse_body("DELETE /x HTTP/1.1\r\ncontent-length: 0\r\n\r\n", 64, &r),
+                     HTTP_OK);
+    assert_int_equal(r.method, HTTP_DELETE);
+    assert_int_equal(parse_body("PUT /x HTTP/1.1\r\n\r\n", 64, &r), HTTP_OK);
+    assert_int_equal(r.method, HTTP_PUT);
+    /* without max_body: as before, GET and HEAD only and no body */
+    assert_int_equal(parse_body(req, 0, &r), HTTP_BAD);
+    assert_int_equal(r.code, 405);
+    assert_int_equal(parse("GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", &r), HTTP_BAD);
+    /* too large, malformed, repeated, chunked */
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n", 64, &r),
+                     HTTP_BAD);
+    assert_int_equal(r.code, 413);
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n"
+                                "\r\n", 64, &r), HTTP_BAD);
+    assert_int_equal(r.code, 413);
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 64, &r),
+                     HTTP_BAD);
+    assert_int_equal(r.code, 400);
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 64, &r),
+                     HTTP_BAD);
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nContent-Length:\r\n\r\n", 64, &r),
+                     HTTP_BAD);
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1"
+                                "\r\n\r\n", 64, &r), HTTP_BAD);
+    assert_int_equal(parse_body("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 64,
+                                &r), HTTP_BAD);
+    assert_int_equal(parse_body("TRACE / HTTP/1.1\r\n\r\n", 64, &r), HTTP_BAD);
+    assert_int_equal(r.code, 405);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get),    cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_bad),    cmocka_unit_test(test_limits),
         cmocka_unit_test(test_split),  cmocka_unit_test(test_host),
+        cmocka_unit_test(test_body),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,6 +336,46 @@ static void test_documented_secret_refused(void **state) {
     assert_false(has_error("secret d "));
 }
 
+/* users-file: secret and limit lines only, appended to the config's, errors as NAME:LINE. */
+static void test_users_file_lines(void **state) {
+    (void)state;
+    assert_int_equal(load("secret = main:" KEY1 "\n"), 0);
+    struct config_errors e = {0};
+    const char *u = "# users\nsecret = u1:" KEY2 "\nlimit = u1 conns=2\n\n";
+    assert_int_equal(options_load_users(&O, "u.conf", u, strlen(u), &e), 0);
+    assert_int_equal(O.nsecrets, 2); /* the config's secret stays: appended, not replaced */
+    assert_int_equal(options_find_secret(&O, "u1"), 1);
+    assert_int_equal(O.nlimits, 1);
+    assert_int_equal(O.limits[0].conns, 2);
+    const char *bad = "secret = u2:zz\nlisten = 0.0.0.0:1\nsecret = main:" KEY2 "\n"
+                      "limit = u1 conns=3\n";
+    assert_int_equal(options_load_users(&O, "u.conf", bad, strlen(bad), &e), 4);
+    assert_true(strncmp(e.msg[0], "u.conf:1: ", 10) == 0);
+    assert_true(strstr(e.msg[1], "u.conf:2: unknown key 'listen'") != NULL);
+    assert_true(strstr(e.msg[2], "u.conf:3: secret name 'main' is used twice") != NULL);
+    assert_true(strstr(e.msg[3], "u.conf:4: a second limit line for 'u1'") != NULL);
+    /* a missing file is an empty one */
+    struct config_errors e2 = {0};
+    assert_int_equal(options_load_users_file(&O, "/nonexistent/users.conf", &e2), 0);
+    assert_int_equal(e2.count, 0);
+}
+
+static void test_api_needs_a_token(void **state) {
+    (void)state;
+    assert_int_equal(set("api", "127.0.0.1:9101"), 0);
+    assert_int_equal(options_validate(&P, &O), 1);
+    assert_true(has_error("api-token is not set"));
+    P.errors.count = 0;
+    assert_int_equal(set("api-token", "short"), 0);
+    assert_int_equal(options_validate(&P, &O), 1);
+    assert_true(has_error("shorter than 16"));
+    P.errors.count = 0;
+    assert_int_equal(set("api-token", "0123456789abcdef"), 0);
+    assert_int_equal(options_validate(&P, &O), 0);
+    assert_int_equal(set("api", "off"), 0);
+    assert_false(O.api_on);
+}
+
 static void test_state_round_trip(void **state) {
     (void)state;
     char path[128], err[256] = "";
@@ -426,6 +466,8 @@ int main(void) {
         cmocka_unit_test_setup(test_validate_passes_at_the_edges, setup),
         cmocka_unit_test_setup(test_documented_secret_refused, setup),
         cmocka_unit_test_setup(test_daemonize_needs_a_log, setup),
+        cmocka_unit_test_setup(test_users_file_lines, setup),
+        cmocka_unit_test_setup(test_api_needs_a_token, setup),
         cmocka_unit_test_setup_teardown(test_state_round_trip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_state_bad_files, setup_dir, teardown_dir),
     };

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""api.py: what the management API costs: the latency of its calls, and what a loop of API
+calls does to a relayed client on the same proxy.
+
+    build/tests/integration/venv/bin/python bench/api.py [--build-dir DIR] [--users N]
+        [--calls N] [--rounds N] [--phases N] [--nice N]
+
+One worker, --users users in the config file (default 1,000), users-file and the API on
+loopback, DC 2 an echoing fake_dc; re-runs itself in a network namespace with only loopback
+(unshare -n as root, else -rn) unless already in one. Prints:
+  1. the wall time of --calls (default 100) POST /api/v1/users (each written to users-file,
+     fsync'ed and reloaded before it is answered), then as many GET /api/v1/users/NAME, then
+     DELETEs: median, p90, max;
+  2. a ping-pong client (32 bytes through the proxy to the echoing DC and back, --rounds round
+     trips per side) in alternating phases without and with one client looping on the API
+     (create, get, patch, delete: three reloads per turn; the looper at nice --nice, default
+     0): p50, p99, max of each side and the p99 ratio.
+Loopback only.
+"""
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+TOKEN = "bench-token-0123456789abcdef"
+
+
+def in_loopback_netns():
+    with open("/proc/net/dev") as f:
+        names = [line.split(":")[0].strip() for line in f if ":" in line]
+    return names == ["lo"]
+
+
+def call(port, method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Authorization": f"Bearer {TOKEN}"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+# The API looper: create, get, patch, delete, forever; prints one line per turn.
+LOOPER = r"""
+import http.client, json, os, sys
+port, token = int(sys.argv[1]), sys.argv[2]
+os.nice(int(sys.argv[3]))
+def call(m, p, b=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request(m, p, body=json.dumps(b) if b is not None else None,
+              headers={"Authorization": "Bearer " + token})
+    r = c.getresponse(); r.read(); c.close()
+    return r.status
+i = 0
+while True:
+    n = f"loop{i}"
+    i += 1
+    st = (call("POST", "/api/v1/users", {"name": n, "limits": {"conns": 3}}),
+          call("GET", f"/api/v1/users/{n}"),
+          call("PATCH", f"/api/v1/users/{n}", {"limits": {"conns": 4}}),
+          call("DELETE", f"/api/v1/users/{n}"))
+    print("TURN", *st, flush=True)
+"""
+
+
+class Looper:
+    """The API looper process; pause() and resume() stop and continue it."""
+
+    def __init__(self, port, nice):
+        self.p = subprocess.Popen([sys.executable, "-c", LOOPER, str(port), TOKEN, str(nice)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  stdin=subprocess.DEVNULL)
+
+    def pause(self):
+        self.p.send_signal(19)
+
+    def resume(self):
+        self.p.send_signal(18)
+
+    def stop(self):
+        self.p.kill()
+        self.p.send_signal(18)
+        out, _ = self.p.communicate(timeout=30)
+        return [ln.split()[1:] for ln in out.decode().splitlines() if ln.startswith("TURN")]
+
+
+def stats_ms(walls):
+    s = sorted(walls)
+    return (f"median {statistics.median(s) * 1e3:.2f} ms, p90 {s[int(len(s) * 0.9)] * 1e3:.2f} ms,"
+            f" max {s[-1] * 1e3:.2f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--users", type=int, default=1000)
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=4000)
+    ap.add_argument("--phases", type=int, default=10)
+    ap.add_argument("--nice", type=int, default=0)
+    a = ap.parse_args()
+    if not in_loopback_netns():
+        flag = "-n" if os.geteuid() == 0 else "-rn"
+        os.execvp("unshare", ["unshare", flag, "sh", "-c", 'ip link set lo up && exec "$@"',
+                              "sh", sys.executable] + sys.argv)
+    from scrapeload import Pinger, interleaved, many_users_config, pct
+    from harness import free_ports
+
+    build = os.path.abspath(a.build_dir)
+    work = tempfile.mkdtemp(prefix="mtproxy-api.")
+    dcport, port, mport, aport = free_ports(4)
+    dc = subprocess.Popen([os.path.join(build, "tests", "tools", "fake_dc"), "--listen",
+                           f"127.0.0.1:{dcport},2,echo"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL)
+    assert dc.stdout.readline().strip() == b"READY"
+    conf = os.path.join(work, "many.conf")
+    extra = (f"users-file = {work}/users.conf\napi = 127.0.0.1:{aport}\n"
+             f"api-token = {TOKEN}\n")
+    secret = many_users_config(conf, a.users, f"127.0.0.1:{dcport}", f"127.0.0.1:{mport}",
+                               extra)
+    proxy = subprocess.Popen([os.path.join(build, "mtproxy"), "--config", conf, "--listen",
+                              f"127.0.0.1:{port}", "--workers", "1", "--dc-builtin", "off",
+                              "--mask", "off", "--tls-profile", "off",
+                              "--state-file", os.path.join(work, "state"),
+                              "--log", os.path.join(work, "log")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 60
+        while True:
+            try:
+                if call(aport, "GET", "/api/v1/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError("the API did not answer")
+            time.sleep(0.2)
+        print(f"users {a.users} in the config, build {a.build_dir}, work dir on "
+              f"{subprocess.run(['stat', '-f', '-c', '%T', work], capture_output=True, text=True).stdout.strip()}")
+        for what, method, path, body in (
+                ("POST /api/v1/users", "POST", "/api/v1/users", True),
+                ("GET /api/v1/users/NAME", "GET", "/api/v1/users/b{i}", None),
+                ("DELETE /api/v1/users/NAME", "DELETE", "/api/v1/users/b{i}", None)):
+            walls = []
+            for i in range(a.calls):
+                t0 = time.perf_counter()
+                st, data = call(aport, method, path.format(i=i),
+                                {"name": f"b{i}"} if body else None)
+                walls.append(time.perf_counter() - t0)
+                assert st in (200, 201), (st, data)
+            print(f"{what} x{a.calls}: {stats_ms(walls)}")
+        pinger = Pinger(f"127.0.0.1:{port}", secret)
+        pinger.run(500, 5)
+        loop = Looper(aport, a.nice)
+        try:
+            quiet, busy = interleaved(pinger, loop, a.rounds, phases=a.phases, max_phase_s=3)
+        finally:
+            turns = loop.stop()
+        ok = sum(1 for t in turns if t == ["201", "200", "200", "200"])
+        print(f"ping-pong without the API loop: p50 {pct(quiet, 50) * 1e3:.3f} ms p99 "
+              f"{pct(quiet, 99) * 1e3:.3f} ms max {max(quiet) * 1e3:.3f} ms ({len(quiet)})")
+        print(f"ping-pong with the API loop:    p50 {pct(busy, 50) * 1e3:.3f} ms p99 "
+              f"{pct(busy, 99) * 1e3:.3f} ms max {max(busy) * 1e3:.3f} ms ({len(busy)}; "
+              f"{len(turns)} loop turns, {ok} all answered as expected)")
+        print(f"p99 ratio with/without the API loop: {pct(busy, 99) / pct(quiet, 99):.2f}")
+        pinger.close()
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        dc.kill()
+        dc.wait()
+
+
+if __name__ == "__main__":
+    main()

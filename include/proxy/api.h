@@ -1,0 +1,54 @@
+/* api.h: the management API (api = ADDR:PORT): users listed, created, changed, rotated and deleted through users-file and the reload path. */
+#ifndef MTPROXY_PROXY_API_H
+#define MTPROXY_PROXY_API_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "core/config.h"
+#include "core/sbuf.h"
+#include "proto/http.h"
+
+#define API_BODY_MAX (64u << 10) /* request body bytes */
+#define API_RELOAD_WAIT 60.0     /* seconds an API change waits for its reload */
+#define API_MAX_CONNS 16         /* API connections open at once; more wait in the backlog */
+#define API_READ_TIMEOUT 30.0    /* seconds for a whole request (calls queue behind reloads) */
+
+struct gen;
+
+/*
+ * How a change is applied: under one mutex (calls are serialised), the API reads users-file,
+ * makes the change in its text, checks the new text with the parser the reload uses
+ * (options_load_users: the same errors, as PATH:LINE) and writes it atomically
+ * (fs_write_atomic: temporary file, fsync, rename, fsync of the directory; mode 0600). Then it
+ * raises SIGHUP in its own process: the main thread reloads exactly as for an operator's
+ * SIGHUP (one path, one log line, one generation). The API waits for the reload that started
+ * after the file was written (struct api_reloads) and answers from the generation it made; a
+ * reload that refused the new file (e.g. a name that the main config has too) puts the old
+ * text back and answers the error. A failed write changes nothing.
+ */
+struct api_reloads {
+    _Atomic unsigned long begun, done; /* reloads started and finished, main thread */
+    _Atomic int ok;                    /* the last finished one was accepted */
+    char err[CONFIG_ERR_LEN];          /* its first error (written before done moves) */
+};
+
+/* The API's host (the metrics server's thread): the generation served now, after adopting
+ * the newest one posted (so that a change answers from the generation it made). */
+typedef struct gen *(*api_gen_fn)(void *arg);
+
+struct api;
+
+struct api *api_new(struct api_reloads *rl, api_gen_fn current, void *arg);
+void api_free(struct api *a);
+
+/* Serves one request (rq, its body[0..blen)) and writes the JSON answer to out. Blocks while
+ * a change is written and reloaded. Returns the HTTP status. */
+int api_serve(struct api *a, const struct http_request *rq, const char *body, size_t blen,
+              struct sbuf *out);
+
+/* main's side of struct api_reloads, around one reload (ok: it was accepted; err: else why). */
+void api_reload_begin(struct api_reloads *rl);
+void api_reload_end(struct api_reloads *rl, int ok, const char *err);
+
+#endif
