@@ -59,6 +59,14 @@ enum http_status http_parse_request_body(const uint8_t *buf, size_t len, size_t 
                                          size_t max_headers, size_t max_body,
                                          struct http_request *out);
 
+/* Percent-decodes s[0..n) into out (cap bytes with the NUL); plus: '+' is a space (a query).
+ * Returns the length, or -1 (a bad escape, a NUL, longer than cap - 1). */
+int http_pct_decode(const char *s, size_t n, char *out, size_t cap, int plus);
+
+/* The value of key in query[0..n) (the part after '?', '&'-separated; "key" alone is an empty
+ * value) percent-decoded into out. 1 if there, 0 if not, -1 if malformed or too long. */
+int http_query_param(const char *query, size_t n, const char *key, char *out, size_t cap);
+
 /* 1 if a and b are equal strings, in time that depends only on their lengths. */
 int http_token_equal(const char *a, const char *b);
 

@@ -44,39 +44,53 @@ static int hexval(uint8_t c)
     return -1;
 }
 
-/* The query's token=VALUE (percent-decoded, '+' is a space). Returns 0, or -1 if malformed. */
-static int query_token(const uint8_t *q, size_t n, struct http_request *out)
+int http_pct_decode(const char *s, size_t n, char *out, size_t cap, int plus)
 {
-    size_t i = 0;
-    while (i < n) {
-        size_t e = i;
-        while (e < n && q[e] != '&')
-            e++;
-        if (e - i >= 6 && memcmp(q + i, "token=", 6) == 0) {
-            size_t o = 0;
-            for (size_t k = i + 6; k < e; k++) {
-                int ch = q[k];
-                if (ch == '%') {
-                    if (k + 2 >= e)
-                        return -1;
-                    int hi = hexval(q[k + 1]), lo = hexval(q[k + 2]);
-                    if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
-                        return -1;
-                    ch = hi * 16 + lo;
-                    k += 2;
-                } else if (ch == '+') {
-                    ch = ' ';
-                }
-                if (o + 1 >= HTTP_TOKEN_MAX)
-                    return -1;
-                out->token[o++] = (char)ch;
-            }
-            out->token[o] = 0;
-            out->has_token = 1;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                return -1;
+            int hi = hexval((uint8_t)s[i + 1]), lo = hexval((uint8_t)s[i + 2]);
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        } else if (c == '+' && plus) {
+            c = ' ';
         }
+        if (c == 0 || o + 1 >= cap)
+            return -1;
+        out[o++] = (char)c;
+    }
+    if (!cap)
+        return -1;
+    out[o] = 0;
+    return (int)o;
+}
+
+int http_query_param(const char *query, size_t n, const char *key, char *out, size_t cap)
+{
+    size_t kl = strlen(key);
+    for (size_t i = 0; i < n;) {
+        size_t e = i;
+        while (e < n && query[e] != '&')
+            e++;
+        if (e - i >= kl && !memcmp(query + i, key, kl) && (e - i == kl || query[i + kl] == '='))
+            return http_pct_decode(query + i + kl + (e - i > kl), e - i - kl - (e - i > kl), out,
+                                   cap, 1) < 0 ? -1 : 1;
         i = e + 1;
     }
     return 0;
+}
+
+/* The query's token=VALUE (percent-decoded, '+' is a space). Returns 0, or -1 if malformed. */
+static int query_token(const uint8_t *q, size_t n, struct http_request *out)
+{
+    int r = http_query_param((const char *)q, n, "token", out->token, HTTP_TOKEN_MAX);
+    out->has_token = r == 1;
+    return r < 0 ? -1 : 0;
 }
 
 static enum http_status request_line(const uint8_t *l, size_t n, struct http_request *out)

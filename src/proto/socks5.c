@@ -6,37 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int unhexdigit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)(c | 0x20);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Percent-decodes s[0..n) into out (cap bytes with the NUL). Returns the length, or -1 (bad
- * escape, a NUL byte, too long). */
-static int pct_decode(const char *s, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int c = (unsigned char)s[i];
-        if (c == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int hi = unhexdigit(s[i + 1]), lo = unhexdigit(s[i + 2]);
-            if (hi < 0 || lo < 0)
-                return -1;
-            c = hi << 4 | lo;
-            i += 2;
-        }
-        if (c == 0 || o + 1 >= cap)
-            return -1;
-        out[o++] = (char)c;
-    }
-    out[o] = 0;
-    return (int)o;
-}
+#include "proto/http.h"
 
 int socks5_parse_url(const char *url, struct socks5_server *out, char *err, size_t errlen)
 {
@@ -56,8 +26,9 @@ int socks5_parse_url(const char *url, struct socks5_server *out, char *err, size
             snprintf(err, errlen, "socks5: credentials must be USER:PASS@");
             return -1;
         }
-        int ul = pct_decode(p, (size_t)(colon - p), out->user, sizeof out->user);
-        int pl = pct_decode(colon + 1, (size_t)(at - colon - 1), out->pass, sizeof out->pass);
+        int ul = http_pct_decode(p, (size_t)(colon - p), out->user, sizeof out->user, 0);
+        int pl = http_pct_decode(colon + 1, (size_t)(at - colon - 1), out->pass,
+                                 sizeof out->pass, 0);
         if (ul < 1 || pl < 1) {
             snprintf(err, errlen, "socks5: user and password must be 1 to %d bytes "
                      "(percent-encode ':', '@' and '%%')", SOCKS5_NAME_MAX);

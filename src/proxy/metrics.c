@@ -23,6 +23,7 @@
 #include "proxy/prefix.h"
 #include "proxy/qr.h"
 #include "proxy/reload.h"
+#include "proxy/userpage.h"
 
 /* The status page (src/proxy/status.html), embedded at build time. */
 extern const char metrics_status_html[];
@@ -545,6 +546,59 @@ int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen 
     return out->failed ? -1 : 0;
 }
 
+/* /stats's (and /users's) opening: "{" the version, times, workers, links and summary. */
+static void stats_head(const struct metrics_shared *ms, const struct totals *t, int links,
+                       struct sbuf *out)
+{
+    time_t now = time(NULL);
+    sbuf_printf(out,
+                "{\"version\":\"%s\",\"start_time\":%lld,\"now\":%lld,\"uptime\":%lld,"
+                "\"workers\":%d,\"links\":%s,\"summary\":",
+                MTPROXY_VERSION, (long long)ms->start_time, (long long)now,
+                (long long)(now - ms->start_time), ms->nworkers, links ? "true" : "false");
+    counters_json_summary(&t->s, out);
+}
+
+/* User i of g as a /stats user object; its links (and address) only if links. host and port:
+ * metrics_link_host's. */
+static void user_json(const struct gen *g, int i, const char *host, int port, int links,
+                      struct sbuf *out)
+{
+    const struct options *o = &g->opt;
+    const struct secret *sec = &o->secrets[i];
+    struct user_totals ut;
+    user_totals_of(g, i, &ut);
+    uint64_t quota;
+    int64_t expires;
+    user_limits_of(g, i, &quota, &expires);
+    char ql[32] = "null", ex[32] = "null";
+    if (quota)
+        snprintf(ql, sizeof ql, "%llu",
+                 (unsigned long long)(quota > ut.quota_used ? quota - ut.quota_used : 0));
+    if (expires)
+        snprintf(ex, sizeof ex, "%lld", (long long)expires);
+    sbuf_printf(out, "{\"name\":\"%s\",\"kind\":\"%s\"", sec->name,
+                sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain");
+    for (size_t m = 0; m < USER_NMETRICS; m++)
+        if (user_metrics[m].json)
+            sbuf_printf(out, ",\"%s\":%llu", user_metrics[m].json,
+                        (unsigned long long)user_counter(&ut, &user_metrics[m]));
+    sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
+    const char *period;
+    int64_t reset = user_quota_reset(g, i, &period);
+    if (reset) /* a periodic quota only: its period and the next reset (unix s) */
+        sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
+                    (long long)reset);
+    char tg[1024], https[1024], uhost[256];
+    snprintf(uhost, sizeof uhost, "%s", host);
+    int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);
+    if (links && o->user_addr) /* as secret as the links: a censor would block them */
+        sbuf_printf(out, ",\"address\":\"%s\"", uhost);
+    if (links && !secret_links(sec, uhost, uport, tg, sizeof tg, https, sizeof https))
+        sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
+    sbuf_printf(out, "}");
+}
+
 int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, int links,
                         struct sbuf *out)
 {
@@ -553,49 +607,13 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
         return -1;
     totals_collect(ms, t);
     const struct options *o = &g->opt;
-    time_t now = time(NULL);
     char host[256];
     int port = metrics_link_host(o, host, sizeof host);
-    sbuf_printf(out,
-                "{\"version\":\"%s\",\"start_time\":%lld,\"now\":%lld,\"uptime\":%lld,"
-                "\"workers\":%d,\"links\":%s,\"summary\":",
-                MTPROXY_VERSION, (long long)ms->start_time, (long long)now,
-                (long long)(now - ms->start_time), ms->nworkers, links ? "true" : "false");
-    counters_json_summary(&t->s, out);
+    stats_head(ms, t, links, out);
     sbuf_printf(out, ",\"users\":[");
     for (int i = 0; i < o->nsecrets; i++) {
-        const struct secret *sec = &o->secrets[i];
-        struct user_totals ut;
-        user_totals_of(g, i, &ut);
-        uint64_t quota;
-        int64_t expires;
-        user_limits_of(g, i, &quota, &expires);
-        char ql[32] = "null", ex[32] = "null";
-        if (quota)
-            snprintf(ql, sizeof ql, "%llu",
-                     (unsigned long long)(quota > ut.quota_used ? quota - ut.quota_used : 0));
-        if (expires)
-            snprintf(ex, sizeof ex, "%lld", (long long)expires);
-        sbuf_printf(out, "%s{\"name\":\"%s\",\"kind\":\"%s\"", i ? "," : "", sec->name,
-                    sec->kind == SECRET_EE ? "ee" : sec->kind == SECRET_DD ? "dd" : "plain");
-        for (size_t m = 0; m < USER_NMETRICS; m++)
-            if (user_metrics[m].json)
-                sbuf_printf(out, ",\"%s\":%llu", user_metrics[m].json,
-                            (unsigned long long)user_counter(&ut, &user_metrics[m]));
-        sbuf_printf(out, ",\"quota_left\":%s,\"expires\":%s", ql, ex);
-        const char *period;
-        int64_t reset = user_quota_reset(g, i, &period);
-        if (reset) /* a periodic quota only: its period and the next reset (unix s) */
-            sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
-                        (long long)reset);
-        char tg[1024], https[1024], uhost[256];
-        snprintf(uhost, sizeof uhost, "%s", host);
-        int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);
-        if (links && o->user_addr) /* as secret as the links: a censor would block them */
-            sbuf_printf(out, ",\"address\":\"%s\"", uhost);
-        if (links && !secret_links(sec, uhost, uport, tg, sizeof tg, https, sizeof https))
-            sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
-        sbuf_printf(out, "}");
+        sbuf_printf(out, "%s", i ? "," : "");
+        user_json(g, i, host, port, links, out);
     }
     sbuf_printf(out, "],\"metrics\":[");
     struct emit e = {.b = out, .json = 1, .first = 1};
@@ -671,6 +689,11 @@ struct metrics_server {
     struct mbody *cache[MB_COUNT];
     struct mspare spare[MB_COUNT];
     struct mbody *status_page;
+    ev_timer hist_timer;            /* once a second: the traffic history rings */
+    struct hist_ring *hist;         /* the whole proxy's (NULL: out of memory) */
+    struct hist_users hist_users;   /* the users being viewed */
+    struct upage_row *rows;         /* the user list's rows, one per user of gen */
+    size_t rows_cap;
     struct metrics_stats stats;
     struct metrics_conn conns[METRICS_MAX_CONNS];
 };
@@ -939,6 +962,185 @@ static struct mbody *qr_body(const struct gen *g, const char *name)
     return NULL;
 }
 
+/* --- the status page for many users: the user list, one user, the history (userpage.c) --- */
+
+/* The query string of m's request line (after '?', not decoded) into q ("" if none). */
+static void request_query(const struct metrics_conn *m, char *q, size_t qlen)
+{
+    const uint8_t *p = memchr(m->req, ' ', m->len), *end = m->req + m->len;
+    q[0] = 0;
+    if (!p)
+        return;
+    const uint8_t *sp = memchr(p + 1, ' ', (size_t)(end - p - 1));
+    const uint8_t *qm = memchr(p + 1, '?', (size_t)((sp ? sp : end) - p - 1));
+    if (!sp || !qm)
+        return;
+    size_t n = (size_t)(sp - qm - 1);
+    if (n >= qlen)
+        n = qlen - 1;
+    memcpy(q, qm + 1, n);
+    q[n] = 0;
+}
+
+/* The index of user name in g, or -1. */
+static int user_index(const struct gen *g, const char *name)
+{
+    for (int i = 0; i < g->opt.nsecrets; i++)
+        if (!strcmp(g->opt.secrets[i].name, name))
+            return i;
+    return -1;
+}
+
+/* GET /users?offset=&limit=&q=&sort=&order=: one page of the users searched and sorted, no
+ * links. NULL with *why set on a bad query (or out of memory). */
+static struct mbody *users_body(struct metrics_server *s, const char *query, int links,
+                               const char **why)
+{
+    const struct gen *g = s->gen;
+    struct upage_query uq;
+    if (upage_parse(query, &uq, why))
+        return NULL;
+    *why = "out of memory"; /* from here on, the only failure */
+    size_t n = (size_t)g->opt.nsecrets;
+    if (n > s->rows_cap) {
+        struct upage_row *r = realloc(s->rows, n * sizeof *r);
+        if (!r)
+            return NULL;
+        s->rows = r;
+        s->rows_cap = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct user_totals ut;
+        user_totals_of(g, (int)i, &ut);
+        s->rows[i] = (struct upage_row){.name = g->opt.secrets[i].name, .idx = (uint32_t)i,
+                                        .bytes = ut.bytes_up + ut.bytes_down,
+                                        .conns = ut.conns, .active = ut.active,
+                                        .quota_used = ut.quota_used};
+    }
+    size_t k = upage_filter(s->rows, n, uq.q);
+    upage_sort(s->rows, k, uq.sort, uq.desc);
+    char host[256];
+    int port = metrics_link_host(&g->opt, host, sizeof host);
+    struct sbuf out = {.max = METRICS_BODY_MAX};
+    struct totals *t = malloc(sizeof *t);
+    if (!t)
+        return NULL;
+    totals_collect(s->ms, t);
+    stats_head(s->ms, t, links, &out);
+    free(t);
+    sbuf_printf(&out, ",\"user_addr\":%s,\"total\":%zu,\"matched\":%zu,\"offset\":%zu,"
+                "\"limit\":%zu,\"sort\":\"%s\",\"order\":\"%s\",\"users\":[",
+                g->opt.user_addr ? "true" : "false", n, k, uq.offset, uq.limit,
+                upage_sort_name(uq.sort), uq.desc ? "desc" : "asc");
+    for (size_t i = uq.offset; i < k && i < uq.offset + uq.limit; i++) {
+        sbuf_printf(&out, "%s", i > uq.offset ? "," : "");
+        user_json(g, (int)s->rows[i].idx, host, port, 0, &out);
+    }
+    sbuf_printf(&out, "]}\n");
+    return body_of(&out);
+}
+
+/* GET /users/NAME: user NAME with its links (if links), or NULL (no such user). */
+static struct mbody *user_body(struct metrics_server *s, const char *path, int links)
+{
+    char name[SECRET_NAME_MAX + 1];
+    int i;
+    if (http_pct_decode(path, strlen(path), name, sizeof name, 0) < 0 ||
+        (i = user_index(s->gen, name)) < 0)
+        return NULL;
+    char host[256];
+    int port = metrics_link_host(&s->gen->opt, host, sizeof host);
+    struct sbuf out = {.max = METRICS_BODY_MAX};
+    sbuf_printf(&out, "{\"links\":%s,\"user\":", links ? "true" : "false");
+    user_json(s->gen, i, host, port, links, &out);
+    sbuf_printf(&out, "}\n");
+    return body_of(&out);
+}
+
+/* GET /history (name NULL) or /history/NAME: the last hour per second. A user's is kept
+ * from the first time it is asked for (HIST_USERS users at most: the least recently viewed
+ * is dropped). NULL: no such user, or out of memory. */
+static struct mbody *history_body(struct metrics_server *s, const char *path)
+{
+    const struct hist_ring *r = s->hist;
+    char name[SECRET_NAME_MAX + 1] = "";
+    if (path) {
+        if (http_pct_decode(path, strlen(path), name, sizeof name, 0) < 0 ||
+            user_index(s->gen, name) < 0)
+            return NULL;
+        r = hist_users_get(&s->hist_users, name, clock_now(CLOCK_MONOTONIC));
+    }
+    if (!r)
+        return NULL;
+    struct sbuf out = {.max = METRICS_BODY_MAX};
+    sbuf_printf(&out, "{\"user\":");
+    if (path)
+        sbuf_printf(&out, "\"%s\"", name);
+    else
+        sbuf_printf(&out, "null");
+    sbuf_printf(&out, ",\"users_kept\":%d,\"history\":", HIST_USERS);
+    hist_json(r, &out);
+    sbuf_printf(&out, "}\n");
+    return body_of(&out);
+}
+
+/* Once a second on the server's thread: the counters (relaxed reads, as /stats) into the
+ * rings; nothing runs on the relays' loops. */
+static void on_hist_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct metrics_server *s = t->data;
+    (void)loop, (void)revents;
+    int64_t now = (int64_t)clock_now(CLOCK_MONOTONIC);
+    struct totals *tt = malloc(sizeof *tt);
+    if (s->hist && tt) {
+        totals_collect(s->ms, tt);
+        hist_sample(s->hist, now, STAT_GET(&tt->s.bytes_up) + STAT_GET(&tt->s.bytes_down),
+                    STAT_GET(&tt->s.accepted), STAT_GET(&tt->s.active));
+    }
+    free(tt);
+    for (int k = 0; k < HIST_USERS; k++) {
+        struct hist_user *hu = &s->hist_users.u[k];
+        int i = hu->name[0] && hu->ring ? user_index(s->gen, hu->name) : -1;
+        struct user_totals ut = {0};
+        if (i >= 0)
+            user_totals_of(s->gen, i, &ut);
+        if (hu->name[0] && hu->ring) /* a user gone counts nothing */
+            hist_sample(hu->ring, now, ut.bytes_up + ut.bytes_down, ut.conns, ut.active);
+    }
+}
+
+/* Serves the paths above; 0 if path is not one of them. */
+static int serve_userpage(struct metrics_conn *m, const struct http_request *rq, int links,
+                          int head)
+{
+    struct metrics_server *s = m->s;
+    struct mbody *body = NULL;
+    if (!strcmp(rq->path, "/users")) {
+        char query[METRICS_REQ_MAX];
+        const char *why = NULL;
+        request_query(m, query, sizeof query);
+        if (!(body = users_body(s, query, links, &why))) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s\n", why);
+            respond_text(m, strcmp(why, "out of memory") ? 400 : 503, msg, head);
+            return 1;
+        }
+    } else if (!strncmp(rq->path, "/users/", 7)) {
+        body = user_body(s, rq->path + 7, links);
+    } else if (!strcmp(rq->path, "/history")) {
+        body = history_body(s, NULL);
+    } else if (!strncmp(rq->path, "/history/", 9)) {
+        body = history_body(s, rq->path + 9);
+    } else {
+        return 0;
+    }
+    if (!body)
+        respond_text(m, 404, "no such user\n", head);
+    else
+        respond(m, 200, "application/json", body, NULL, head);
+    return 1;
+}
+
 /* Serves one parsed request: sets m's response. */
 static void serve(struct metrics_conn *m, const struct http_request *rq)
 {
@@ -975,6 +1177,8 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
         if ((body = s->status_page))
             body->refs++;
         type = "text/html; charset=utf-8";
+    } else if (serve_userpage(m, rq, links, head)) {
+        return;
     } else if (!strncmp(rq->path, "/qr/", 4) && links) {
         if (!(body = qr_body(g, rq->path + 4))) {
             respond_text(m, 404, "no such user, or no QR codes in this build\n", head);
@@ -982,7 +1186,7 @@ static void serve(struct metrics_conn *m, const struct http_request *rq)
         }
         type = "image/svg+xml";
     } else {
-        respond_text(m, 404, "not found: try /, /metrics or /stats\n", head);
+        respond_text(m, 404, "not found: try /, /metrics, /stats, /users or /history\n", head);
         return;
     }
     if (!body) {
@@ -1251,6 +1455,9 @@ struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen 
     s->retry.data = s;
     ev_async_init(&s->wake, on_metrics_wake);
     s->wake.data = s;
+    s->hist = calloc(1, sizeof *s->hist);
+    ev_timer_init(&s->hist_timer, on_hist_timer, 1.0, 1.0);
+    s->hist_timer.data = s;
     return s;
 }
 
@@ -1284,6 +1491,8 @@ int metrics_server_start(struct metrics_server *s)
         ev_io_start(s->loop, &s->alio);
     ev_async_start(s->loop, &s->wake);
     ev_async_send(s->loop, &s->wake); /* a generation posted before the start */
+    ev_timer_start(s->loop, &s->hist_timer);
+    on_hist_timer(s->loop, &s->hist_timer, 0); /* primes the rings */
     int rc = pthread_create(&s->thread, NULL, metrics_thread, s);
     if (rc)
         return rc;
@@ -1348,6 +1557,9 @@ void metrics_server_free(struct metrics_server *s)
     for (int i = 0; i < MB_COUNT; i++)
         free(s->spare[i].p);
     body_unref(s->status_page);
+    free(s->hist);
+    hist_users_free(&s->hist_users);
+    free(s->rows);
     if (s->lfd >= 0)
         close(s->lfd);
     if (s->alfd >= 0)

@@ -351,6 +351,20 @@ class Chrome:
         path.write_bytes(base64.b64decode(data))
         return self.eval("document.documentElement.scrollWidth")
 
+    def errors(self):
+        """Exceptions, console errors and error log entries seen so far."""
+        return [e for e in self.events
+                if e.get("method") == "Runtime.exceptionThrown"
+                or (e.get("method") == "Runtime.consoleAPICalled"
+                    and e["params"]["type"] in ("error", "assert"))
+                or (e.get("method") == "Log.entryAdded"
+                    and e["params"]["entry"]["level"] == "error")]
+
+    def request_urls(self):
+        """Every URL the page asked for so far."""
+        return [e["params"]["request"]["url"] for e in self.events
+                if e.get("method") == "Network.requestWillBeSent"]
+
     def close(self):
         try:
             self.ws.close()
@@ -409,15 +423,9 @@ def test_status_page_in_chromium(procs, bins, tmp_path):
             shutil.copy(shot, os.path.join(BUILD, f"status-page-{width}px.png"))
             assert zbar(shot) == set(links.values()), (shot, zbar(shot), links)
         # No console error, no exception, nothing fetched from anywhere but the proxy.
-        errors = [e for e in chrome.events
-                  if e.get("method") == "Runtime.exceptionThrown"
-                  or (e.get("method") == "Runtime.consoleAPICalled"
-                      and e["params"]["type"] in ("error", "assert"))
-                  or (e.get("method") == "Log.entryAdded"
-                      and e["params"]["entry"]["level"] == "error")]
+        errors = chrome.errors()
         assert not errors, errors
-        urls = [e["params"]["request"]["url"] for e in chrome.events
-                if e.get("method") == "Network.requestWillBeSent"]
+        urls = chrome.request_urls()
         assert len(urls) >= 5, urls
         assert all(u.startswith(url) or u.startswith("data:") for u in urls), urls
     finally:
