@@ -2,12 +2,14 @@
 (links only with the token or on loopback), /history (per-second rings), and the page itself
 with 10,000 users in headless Chromium (Debian's package, driven over the DevTools protocol)."""
 import json
+import os
+import shutil
 import time
 
 import pytest
 
 from harness import DC_IDS, T, assert_ok, free_ports, new_secret, wait_until
-from test_metrics import Chrome, http_get, need
+from test_metrics import BUILD, Chrome, http_get, need
 
 N = 10000
 
@@ -91,6 +93,12 @@ def test_users_paging_search_sort(procs, tmp_path):
         ms = (time.monotonic() - t0) * 100
         print(f"GET /users{q} with {N} users: {ms:.1f} ms per request (10 in a row)")
         assert ms < T(500)
+    t0 = time.monotonic()
+    code, stats = m.status("/stats")
+    page = m.status("/users?limit=20")[1]
+    print(f"sizes with {N} users: /users?limit=20 {len(page)} bytes, /stats {len(stats)} bytes "
+          f"({(time.monotonic() - t0) * 1000:.0f} ms for both)")
+    assert code == 200 and len(page) * 50 < len(stats)
 
 
 def test_user_links_only_with_token_or_loopback(procs, tmp_path):
@@ -215,6 +223,11 @@ def test_page_10000_users_in_chromium(procs, bins, tmp_path):
             T(10))
         d = chrome.eval("document.getElementById('chart-bytes').getAttribute('d')")
         assert d.startswith("M") and "L" in d, d
+        # Laid out for a phone too (no sideways scrolling); the pictures are kept for a look.
+        for width in (390, 1280):
+            shot = tmp_path / f"page-{width}.png"
+            assert chrome.screenshot(width, shot) <= width
+            shutil.copy(shot, os.path.join(BUILD, f"status-page-10000-users-{width}px.png"))
         chrome.eval("document.querySelector('.user[data-name=u00003] .acts button:last-child')"
                     ".click()")
         assert wait_until(lambda: chrome.eval(
