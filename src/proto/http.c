@@ -77,9 +77,10 @@ int http_query_param(const char *query, size_t n, const char *key, char *out, si
         size_t e = i;
         while (e < n && query[e] != '&')
             e++;
-        if (e - i >= kl && !memcmp(query + i, key, kl) && (e - i == kl || query[i + kl] == '='))
-            return http_pct_decode(query + i + kl + (e - i > kl), e - i - kl - (e - i > kl), out,
-                                   cap, 1) < 0 ? -1 : 1;
+        if (e - i >= kl && !memcmp(query + i, key, kl) && (e - i == kl || query[i + kl] == '=')) {
+            size_t v = e - i > kl ? i + kl + 1 : e; /* the value's start */
+            return http_pct_decode(query + v, e - v, out, cap, 1) < 0 ? -1 : 1;
+        }
         i = e + 1;
     }
     return 0;
