@@ -124,7 +124,7 @@ static int generate_secret(int argc, char **argv)
 static void print_links(const struct options *o, uid_t owner)
 {
     char host[256];
-    int port = metrics_link_host(o, host, sizeof host);
+    int port = options_link_host(o, host, sizeof host);
     int tty = !o->daemonize && isatty(STDOUT_FILENO);
     size_t cap = (size_t)o->nsecrets * 2200 + 1, n = 0;
     char *text = malloc(cap);

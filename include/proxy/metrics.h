@@ -110,8 +110,5 @@ int metrics_render_prometheus(const struct metrics_shared *ms, const struct gen 
 int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, int links,
                         struct sbuf *out);
 
-/* The host put in links for opt (public-host, else the listen address, else the host
- * name) into host, and returns the port (public-port, else the first listen port). */
-int metrics_link_host(const struct options *opt, char *host, size_t hostlen);
 
 #endif

@@ -247,4 +247,8 @@ int options_load_users_file(struct options *o, const char *path, struct config_e
 /* Writes secret s to path atomically (mode 0600). Returns 0, or -1 with err. */
 int options_save_state(const struct secret *s, const char *path, char *err, size_t errlen);
 
+/* The host put in links for opt (public-host, else the listen address, else the host
+ * name) into host, and returns the port (public-port, else the first listen port). */
+int options_link_host(const struct options *opt, char *host, size_t hostlen);
+
 #endif

@@ -411,7 +411,7 @@ static void user_json(struct sbuf *o, const struct gen *g, int i, const struct u
                 (unsigned long long)t.active, (unsigned long long)t.conns,
                 (unsigned long long)t.quota_used);
     char host[256], tg[1024], https[1024];
-    int port = metrics_link_host(opt, host, sizeof host);
+    int port = options_link_host(opt, host, sizeof host);
     port = prefix_link_host(opt, i, host, sizeof host, port);
     if (!secret_links(s, host, port, tg, sizeof tg, https, sizeof https)) {
         sbuf_printf(o, ",\"links\":{\"tg\":");

@@ -32,17 +32,6 @@ extern const size_t metrics_status_html_len;
 /* Another worker's plain size_t gauge (arena, pipes): a relaxed load of one aligned word. */
 #define GAUGE(p) ((uint64_t)__atomic_load_n((p), __ATOMIC_RELAXED))
 
-int metrics_link_host(const struct options *o, char *host, size_t hostlen)
-{
-    if (o->public_host[0])
-        snprintf(host, hostlen, "%s", o->public_host);
-    else if (!sock_addr_is_any(&o->listen[0]))
-        sock_addr_host(&o->listen[0], host, hostlen);
-    else if (gethostname(host, hostlen) != 0)
-        snprintf(host, hostlen, "localhost");
-    return o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
-}
-
 int metrics_host_is_loopback(const char *host)
 {
     char name[256];
@@ -560,7 +549,7 @@ static void stats_head(const struct metrics_shared *ms, const struct totals *t, 
 }
 
 /* User i of g as a /stats user object; its links (and address) only if links. host and port:
- * metrics_link_host's. */
+ * options_link_host's. */
 static void user_json(const struct gen *g, int i, const char *host, int port, int links,
                       struct sbuf *out)
 {
@@ -608,7 +597,7 @@ int metrics_render_json(const struct metrics_shared *ms, const struct gen *g, in
     totals_collect(ms, t);
     const struct options *o = &g->opt;
     char host[256];
-    int port = metrics_link_host(o, host, sizeof host);
+    int port = options_link_host(o, host, sizeof host);
     stats_head(ms, t, links, out);
     sbuf_printf(out, ",\"users\":[");
     for (int i = 0; i < o->nsecrets; i++) {
@@ -945,7 +934,7 @@ static struct mbody *qr_body(const struct gen *g, const char *name)
     size_t n = strlen(name);
     const struct options *o = &g->opt;
     char host[256];
-    int port = metrics_link_host(o, host, sizeof host);
+    int port = options_link_host(o, host, sizeof host);
     for (int i = 0; n > 4 && !strcmp(name + n - 4, ".svg") && i < o->nsecrets; i++) {
         if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
             continue;
@@ -1020,7 +1009,7 @@ static struct mbody *users_body(struct metrics_server *s, const char *query, int
     size_t k = upage_filter(s->rows, n, uq.q);
     upage_sort(s->rows, k, uq.sort, uq.desc);
     char host[256];
-    int port = metrics_link_host(&g->opt, host, sizeof host);
+    int port = options_link_host(&g->opt, host, sizeof host);
     struct sbuf out = {.max = METRICS_BODY_MAX};
     struct totals *t = malloc(sizeof *t);
     if (!t)
@@ -1049,7 +1038,7 @@ static struct mbody *user_body(struct metrics_server *s, const char *path, int l
         (i = user_index(s->gen, name)) < 0)
         return NULL;
     char host[256];
-    int port = metrics_link_host(&s->gen->opt, host, sizeof host);
+    int port = options_link_host(&s->gen->opt, host, sizeof host);
     struct sbuf out = {.max = METRICS_BODY_MAX};
     sbuf_printf(&out, "{\"links\":%s,\"user\":", links ? "true" : "false");
     user_json(s->gen, i, host, port, links, &out);

@@ -1157,3 +1157,14 @@ int options_save_state(const struct secret *s, const char *path, char *err, size
 {
     return options_save_state_text(s, NULL, path, err, errlen);
 }
+
+int options_link_host(const struct options *o, char *host, size_t hostlen)
+{
+    if (o->public_host[0])
+        snprintf(host, hostlen, "%s", o->public_host);
+    else if (!sock_addr_is_any(&o->listen[0]))
+        sock_addr_host(&o->listen[0], host, hostlen);
+    else if (gethostname(host, hostlen) != 0)
+        snprintf(host, hostlen, "localhost");
+    return o->public_port ? o->public_port : sock_addr_port(&o->listen[0]);
+}

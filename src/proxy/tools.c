@@ -35,7 +35,7 @@
 int tools_links(const struct options *o, FILE *f, int qr)
 {
     char host[256];
-    int port = metrics_link_host(o, host, sizeof host), rc = 0;
+    int port = options_link_host(o, host, sizeof host), rc = 0;
     if (qr && !qr_available())
         fprintf(f, "(this build has no libqrencode: links only, no QR codes)\n\n");
     for (int i = 0; i < o->nsecrets; i++) {
@@ -355,7 +355,7 @@ static void check_public_host(struct doc *d, const struct options *o, int offlin
 {
     if (!o->public_host[0]) {
         char host[256];
-        metrics_link_host(o, host, sizeof host);
+        options_link_host(o, host, sizeof host);
         say(d, "WARN", "public-host", "set public-host to the name or address clients reach",
             "not set: links use '%s'", host);
         return;
