@@ -34,7 +34,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 # to keep four arches, two at a time, within ~15 minutes; every other unit, packaging and
 # integration suite runs (middle mode too: its wire format meets byte order).
 # MTPROXY_CROSS_EXCLUDE= runs everything.
-exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth|users|perf|hardening|telethon|fastpath|page)}
+exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth|users|perf|hardening|telethon|fastpath|page|api)}
 # Two arches at once on two cores give each about half the CPU: slower again under qemu.
 slow_default=2
 [ "${MTPROXY_CROSS_PARALLEL:-1}" -le 1 ] || slow_default=3
