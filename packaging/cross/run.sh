@@ -29,7 +29,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 # hardening: floods measured in time and memory; telethon: the real Python client, which runs
 # on the host anyway; fastpath: splice and the copy loop, whose work is the host kernel's under
 # qemu-user (~110 s per arch); page: the status page with 10,000 users in Chromium, as metrics
-# and users; their units' tests do run: unit_users, unit_stat, unit_shared64,
+# and users; api: HTTP, JSON and file writes, the same on every CPU (unit_json runs); their units' tests do run: unit_users, unit_stat, unit_shared64,
 # unit_tlsprofile, unit_http, unit_userpage),
 # to keep four arches, two at a time, within ~15 minutes; every other unit, packaging and
 # integration suite runs (middle mode too: its wire format meets byte order).
