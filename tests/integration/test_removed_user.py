@@ -74,9 +74,10 @@ def test_drain_lets_a_live_transfer_finish_and_refuses_new_ones(procs, tmp_path)
     assert "1 removed: their connections are drained" in proxy.stderr_tail(100000)
     assert wait_until(lambda: "removed users go on (removed-user = drain): 1, closed in 600 s"
                       in proxy.stderr_tail(100000), 3), proxy.stderr_tail()
-    # bob's new connections are refused (held like a bad client) while the old one goes on
-    assert session(proxy.addr, b)[0] == b""
     assert bob.alive()
+    # bob's new connections are refused (held like a bad client) while the old one goes on
+    # (its end is checked below: a held session lasts long enough under qemu for it to finish)
+    assert session(proxy.addr, b)[0] == b""
     assert len(session(proxy.addr, a)[0]) >= 64
     res = procs.result(bob)
     assert_ok(res)
