@@ -32,12 +32,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 TOKEN = "bench-token-0123456789abcdef"
 
 
-def in_loopback_netns():
-    with open("/proc/net/dev") as f:
-        names = [line.split(":")[0].strip() for line in f if ":" in line]
-    return names == ["lo"]
-
-
 def call(port, method, path, body=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request(method, path, body=json.dumps(body) if body is not None else None,
@@ -107,20 +101,15 @@ def main():
     ap.add_argument("--phases", type=int, default=10)
     ap.add_argument("--nice", type=int, default=0)
     a = ap.parse_args()
-    if not in_loopback_netns():
-        flag = "-n" if os.geteuid() == 0 else "-rn"
-        os.execvp("unshare", ["unshare", flag, "sh", "-c", 'ip link set lo up && exec "$@"',
-                              "sh", sys.executable] + sys.argv)
-    from scrapeload import Pinger, interleaved, many_users_config, pct
+    from scrapeload import enter_loopback_netns
+    enter_loopback_netns()
+    from scrapeload import echo_dc, Pinger, interleaved, many_users_config, pct
     from harness import free_ports
 
     build = os.path.abspath(a.build_dir)
     work = tempfile.mkdtemp(prefix="mtproxy-api.")
     dcport, port, mport, aport = free_ports(4)
-    dc = subprocess.Popen([os.path.join(build, "tests", "tools", "fake_dc"), "--listen",
-                           f"127.0.0.1:{dcport},2,echo"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL)
-    assert dc.stdout.readline().strip() == b"READY"
+    dc = echo_dc(build, dcport)
     conf = os.path.join(work, "many.conf")
     extra = (f"users-file = {work}/users.conf\napi = 127.0.0.1:{aport}\n"
              f"api-token = {TOKEN}\n")

@@ -32,13 +32,6 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 
-def in_loopback_netns():
-    """Only lo in this network namespace (/proc/net/dev: sysfs may still show the host's)."""
-    with open("/proc/net/dev") as f:
-        names = [line.split(":")[0].strip() for line in f if ":" in line]
-    return names == ["lo"]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
@@ -48,20 +41,15 @@ def main():
     ap.add_argument("--phases", type=int, default=10)
     ap.add_argument("--burners", action="store_true")
     a = ap.parse_args()
-    if not in_loopback_netns():
-        flag = "-n" if os.geteuid() == 0 else "-rn"
-        os.execvp("unshare", ["unshare", flag, "sh", "-c", 'ip link set lo up && exec "$@"',
-                              "sh", sys.executable] + sys.argv)
-    from scrapeload import Pinger, Scrapers, interleaved, many_users_config, pct
+    from scrapeload import enter_loopback_netns
+    enter_loopback_netns()
+    from scrapeload import echo_dc, Pinger, Scrapers, interleaved, many_users_config, pct
     from harness import free_ports
 
     build = os.path.abspath(a.build_dir)
     work = tempfile.mkdtemp(prefix="mtproxy-scrape.")
     dcport, port, mport = free_ports(3)
-    dc = subprocess.Popen([os.path.join(build, "tests", "tools", "fake_dc"), "--listen",
-                           f"127.0.0.1:{dcport},2,echo"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL)
-    assert dc.stdout.readline().strip() == b"READY"
+    dc = echo_dc(build, dcport)
     conf = os.path.join(work, "many.conf")
     secret = many_users_config(conf, a.users, f"127.0.0.1:{dcport}", f"127.0.0.1:{mport}")
     proxy = subprocess.Popen([os.path.join(build, "mtproxy"), "--config", conf, "--listen",

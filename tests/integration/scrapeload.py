@@ -10,6 +10,32 @@ import time
 from rawclient import Obfs2
 
 
+def in_loopback_netns():
+    """Only lo in this network namespace (/proc/net/dev: sysfs may still show the host's)."""
+    with open("/proc/net/dev") as f:
+        names = [line.split(":")[0].strip() for line in f if ":" in line]
+    return names == ["lo"]
+
+
+def enter_loopback_netns():
+    """Runs this script again in a network namespace of its own with only lo up (no return)
+    unless it already is in one: a bench must not reach anything but loopback."""
+    if in_loopback_netns():
+        return
+    flag = "-n" if os.geteuid() == 0 else "-rn"
+    os.execvp("unshare", ["unshare", flag, "sh", "-c", 'ip link set lo up && exec "$@"',
+                          "sh", sys.executable] + sys.argv)
+
+
+def echo_dc(build, port):
+    """The fake DC of BUILD answering DC 2 on 127.0.0.1:PORT with an echo, once it is ready."""
+    dc = subprocess.Popen([os.path.join(build, "tests", "tools", "fake_dc"), "--listen",
+                           f"127.0.0.1:{port},2,echo"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL)
+    assert dc.stdout.readline().strip() == b"READY"
+    return dc
+
+
 def many_users_config(path, n, dc_addr, metrics_addr, extra=""):
     """A config file with n secrets (u00000...), DC 2 at dc_addr and metrics on metrics_addr.
     Returns the first user's secret (hex)."""
