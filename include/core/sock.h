@@ -36,7 +36,7 @@ int sock_addr_port(const struct sock_addr *a);
 /* 1 if the address is the unspecified address (0.0.0.0 or ::). */
 int sock_addr_is_any(const struct sock_addr *a);
 
-/* 1 if the address is a loopback address (127.0.0.0/8 or ::1). */
+/* 1 if the address is a loopback address (127.0.0.0/8, ::1, or ::ffff:127.0.0.0/104). */
 int sock_addr_is_loopback(const struct sock_addr *a);
 
 /* Per-socket tuning applied to accepted and outgoing sockets. 0 = leave the system default. */

@@ -114,7 +114,9 @@ int sock_addr_is_loopback(const struct sock_addr *a)
 {
     if (a->u.sa.sa_family == AF_INET)
         return (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127;
-    return a->u.sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&a->u.in6.sin6_addr);
+    const struct in6_addr *v6 = &a->u.in6.sin6_addr;
+    return a->u.sa.sa_family == AF_INET6 &&
+           (IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127));
 }
 
 int sock_nonblock(int fd)

@@ -941,15 +941,6 @@ int options_documented_secret(const struct secret *s)
 }
 
 /* 1 if a is a loopback address (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104): not a wildcard. */
-static int addr_loopback(const struct sock_addr *a)
-{
-    if (a->u.sa.sa_family == AF_INET)
-        return (ntohl(a->u.in4.sin_addr.s_addr) >> 24) == 127;
-    const struct in6_addr *v6 = &a->u.in6.sin6_addr;
-    return a->u.sa.sa_family == AF_INET6 &&
-           (IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127));
-}
-
 int options_validate(struct config_parser *p, struct options *o)
 {
     int before = p->errors.count;
@@ -974,7 +965,7 @@ int options_validate(struct config_parser *p, struct options *o)
         ERR("daemonize = on closes stderr: set log = syslog or log = PATH, or it loses every "
             "log line");
     for (int i = 0; o->proxy_protocol && !o->npp_from && i < o->nlisten; i++) {
-        if (addr_loopback(&o->listen[i]))
+        if (sock_addr_is_loopback(&o->listen[i]))
             continue;
         char a[SOCK_ADDR_STRLEN];
         sock_addr_format(&o->listen[i], a, sizeof a);
