@@ -19,7 +19,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${MTPROXY_FUZZ_BUILD:-$root/build-fuzz}
 rss=${MTPROXY_FUZZ_RSS_MB:-2048}
-all="obfs2 secret faketls faketls_deframe tlsprofile config args sock_addr cidr proxyproto rpc frame meconf http limit ja4 socks5 rstore"
+# Every target there is a source for (tests/fuzz/fuzz_NAME.c): a new one cannot be left out.
+all=$(cd "$here" && ls fuzz_*.c | sed 's/^fuzz_//; s/\.c$//' | tr '\n' ' ')
 targets=${MTPROXY_FUZZ_ONLY:-$all}
 
 cc=${CC:-clang}
@@ -49,12 +50,10 @@ fi
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:symbolize=1:allocator_may_return_null=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-total=0
-failed=""
-printf '%-20s %12s %8s  %s\n' target executions seconds result
-for t in $targets; do
+# One target per core at a time (each is single-threaded); results are printed in order.
+run_one() {
+    t=$1
     bin="$build/tests/fuzz/fuzz_$t"
-    [ -x "$bin" ] || { echo "run.sh: no target fuzz_$t" >&2; exit 2; }
     corpus="$build/fuzz-corpus/fuzz_$t"
     mkdir -p "$corpus"
     dict=""
@@ -66,7 +65,29 @@ for t in $targets; do
     $nonet "$bin" -max_total_time="$secs" -rss_limit_mb="$rss" -timeout=10 -detect_leaks=1 \
         -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/fuzz_$t-" $dict \
         "$corpus" "$here/corpus/fuzz_$t" >"$log" 2>&1 || rc=$?
-    took=$(( $(date +%s) - start ))
+    echo "$rc $(( $(date +%s) - start ))" >"$build/fuzz-logs/fuzz_$t.rc"
+}
+for t in $targets; do
+    [ -x "$build/tests/fuzz/fuzz_$t" ] || { echo "run.sh: no target fuzz_$t" >&2; exit 2; }
+    rm -f "$build/fuzz-logs/fuzz_$t.rc"
+done
+running=0
+for t in $targets; do
+    run_one "$t" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then
+        wait
+        running=0
+    fi
+done
+wait
+total=0
+failed=""
+printf '%-20s %12s %8s  %s\n' target executions seconds result
+for t in $targets; do
+    log="$build/fuzz-logs/fuzz_$t.log"
+    rc=1 took=?
+    [ -f "$build/fuzz-logs/fuzz_$t.rc" ] && read -r rc took <"$build/fuzz-logs/fuzz_$t.rc"
     execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log" | tail -1)
     execs=${execs:-0}
     total=$((total + execs))
