@@ -29,12 +29,14 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 # hardening: floods measured in time and memory; telethon: the real Python client, which runs
 # on the host anyway; fastpath: splice and the copy loop, whose work is the host kernel's under
 # qemu-user (~110 s per arch); page: the status page with 10,000 users in Chromium, as metrics
-# and users; api: HTTP, JSON and file writes, the same on every CPU (unit_json runs); their units' tests do run: unit_users, unit_stat, unit_shared64,
-# unit_tlsprofile, unit_http, unit_userpage),
+# and users; api and user_cli: HTTP, JSON and file writes, the same on every CPU (unit_json
+# runs); limits_store: two instances, HAProxy and Redis for a minute, its wire format is text
+# (RESP) and its arithmetic has unit tests; fleet (the replay store) does run; their units'
+# tests do run: unit_users, unit_stat, unit_shared64, unit_tlsprofile, unit_http, unit_userpage),
 # to keep four arches, two at a time, within ~15 minutes; every other unit, packaging and
 # integration suite runs (middle mode too: its wire format meets byte order).
 # MTPROXY_CROSS_EXCLUDE= runs everything.
-exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth|users|perf|hardening|telethon|fastpath|page|api)}
+exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth|users|perf|hardening|telethon|fastpath|page|api|user_cli|limits_store)}
 # Two arches at once on two cores give each about half the CPU: slower again under qemu.
 slow_default=2
 [ "${MTPROXY_CROSS_PARALLEL:-1}" -le 1 ] || slow_default=3

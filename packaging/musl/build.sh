@@ -12,7 +12,8 @@
 #      links); libqrencode (QR codes of the links); cmocka for the unit tests;
 #   2. builds mtproxy with musl-gcc, linked -static, into OUTDIR/build;
 #   3. runs ctest there (unit, packaging, and the integration suites but the ones that run for
-#      minutes by design: MTPROXY_MUSL_EXCLUDE, default integration_(load|soak|faults|fleet));
+#      minutes by design and those of the Redis stores, not in this build: MTPROXY_MUSL_EXCLUDE,
+#      default integration_(load|soak|faults|fleet|limits_store));
 #   4. prints: musl x86_64: mtproxy N bytes stripped, static; tests: P passed, F failed (T s)
 #      and leaves the stripped binary as OUTDIR/mtproxy-VERSION-x86_64-linux-musl-static.
 # Nothing is cached across runs but OUTDIR itself (delete it to measure a cold build).
@@ -23,7 +24,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$src/build-musl}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-exclude=${MTPROXY_MUSL_EXCLUDE-integration_(load|soak|faults|fleet)}
+exclude=${MTPROXY_MUSL_EXCLUDE-integration_(load|soak|faults|fleet|limits_store)}
 prefix=$out/prefix
 t0=$(date +%s)
 
