@@ -327,6 +327,15 @@ def test_created_user_served_to_telethon_at_once(procs, tmp_path):
     assert not isinstance(res, tgprobe.ResPQ), res
 
 
+def live_session(proxy, secret):
+    """A served session that streams (the DC sends without end) until the proxy ends it."""
+    import rawclient
+    s, _ = rawclient.start_session(proxy.addr, secret, tag="ef", dc=2, up=0, down=1 << 40)
+    s.settimeout(T(5))
+    assert len(rawclient.recv_upto(s, 64)) >= 64
+    return s
+
+
 def closed_soon(sock, timeout):
     """True if the proxy ends the live connection sock (EOF or reset) within timeout."""
     import socket
@@ -350,8 +359,7 @@ def test_disable_enable(procs, tmp_path):
     api = Api(procs, tmp_path)
     u = api("POST", "/users", {"name": "dis", "limits": {"conns": 5}})[1]
     assert u["state"] == "active", u
-    got, live = session(api.proxy.addr, u["secret"], tag="ef", keep=True)
-    assert len(got) >= 64
+    live = live_session(api.proxy, u["secret"])
     st, d = api("POST", "/users/dis/disable")
     assert st == 200 and d["state"] == "disabled", d
     assert d["limit_line"] == "dis conns=5 disabled" and d["limits"]["conns"] == 5, d
@@ -382,6 +390,27 @@ def test_disable_enable(procs, tmp_path):
     assert api("POST", "/users/nobody/disable")[0] == 404
     assert api("GET", "/users/dis/disable")[0] == 405
     assert api("POST", "/users/admin/disable")[0] == 409  # a user of the config file
+
+
+def test_disable_with_removed_user_drain(procs, tmp_path):
+    """removed-user = drain: a disabled user's live connection goes on until drain-timeout,
+    then is closed; enabled again within the drain, it stays."""
+    drain = max(3, int(T(3)))
+    api = Api(procs, tmp_path, extra=f"removed-user = drain\ndrain-timeout = {drain}s\n")
+    u = api("POST", "/users", {"name": "dr"})[1]
+    live = live_session(api.proxy, u["secret"])
+    assert api("POST", "/users/dr/disable")[0] == 200
+    assert refused(api.proxy, u["secret"])  # new ones refused at once
+    assert not closed_soon(live, 1)  # the live one drains
+    assert closed_soon(live, drain + T(5))
+    live.close()
+    # enabled again before the drain ends: the live connection stays
+    assert api("POST", "/users/dr/enable")[0] == 200
+    live = live_session(api.proxy, u["secret"])
+    assert api("POST", "/users/dr/disable")[0] == 200
+    assert api("POST", "/users/dr/enable")[0] == 200
+    assert not closed_soon(live, drain + 2)
+    live.close()
 
 
 def test_disabled_by_hand_edit_and_check_config(bins, tmp_path):
