@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -203,6 +204,15 @@ int usersfile_set_limit(struct usersfile_rec *r, const char *lim)
     return lim[0] && !r->limit ? -1 : 0;
 }
 
+/* The owner a rewritten file keeps: root (`mtproxy user` with the proxy stopped) must not
+ * leave the file of the account the proxy runs as (`user`) to root, where the proxy could no
+ * longer read it after dropping privileges. (uid_t)-1: not root, or a new file. */
+static uid_t owner_of(const char *path)
+{
+    struct stat st;
+    return geteuid() == 0 && lstat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
 int usersfile_write(const char *path, struct usersfile *u, char *err, size_t errlen, char *key,
                     size_t keylen)
 {
@@ -215,7 +225,7 @@ int usersfile_write(const char *path, struct usersfile *u, char *err, size_t err
         rc = USERSFILE_TOO_BIG;
     } else if (usersfile_check(path, b.p, b.len, err, errlen, key, keylen)) {
         rc = USERSFILE_INVALID;
-    } else if (fs_write_atomic(path, b.p, b.len, 0600, (uid_t)-1, err, errlen)) {
+    } else if (fs_write_atomic(path, b.p, b.len, 0600, owner_of(path), err, errlen)) {
         rc = USERSFILE_WRITE_FAILED;
     }
     sbuf_free(&b);
@@ -225,7 +235,7 @@ int usersfile_write(const char *path, struct usersfile *u, char *err, size_t err
 int usersfile_restore(const char *path, const struct usersfile *u, char *err, size_t errlen)
 {
     if (u->text)
-        return fs_write_atomic(path, u->text, u->len, 0600, (uid_t)-1, err, errlen);
+        return fs_write_atomic(path, u->text, u->len, 0600, owner_of(path), err, errlen);
     if (unlink(path) && errno != ENOENT) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -317,8 +327,8 @@ int usersfile_state_drop_quota(const char *path, const char *name, int *found, c
     if (bad) {
         snprintf(err, errlen, "%s: cannot read (or larger than %d bytes)", path, CONFIG_FILE_MAX);
         rc = -1;
-    } else if (*found && fs_write_atomic(path, b.p ? b.p : "", b.len, 0600, (uid_t)-1, err,
-                                         errlen)) {
+    } else if (*found && fs_write_atomic(path, b.p ? b.p : "", b.len, 0600, owner_of(path),
+                                         err, errlen)) {
         rc = -1;
     }
     sbuf_free(&b);

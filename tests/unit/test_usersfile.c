@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -136,12 +137,35 @@ static void test_state_drop_quota(void **state)
     assert_int_equal(found, 0);
 }
 
+/* Rewritten as root (`mtproxy user` with the proxy stopped), a file keeps its owner (the
+ * account the proxy runs as must still read it). */
+static void test_owner_kept(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    char path[128], err[512], key[32];
+    path_of(path, sizeof path, "owned.conf");
+    put(path, "secret = alice:" KEY "\n");
+    assert_int_equal(chown(path, 65534, (gid_t)-1), 0);
+    struct usersfile u;
+    assert_int_equal(usersfile_load(&u, path, err, sizeof err), 0);
+    assert_int_equal(usersfile_set_word(&u.r[0], "disabled", 1), 0);
+    assert_int_equal(usersfile_write(path, &u, err, sizeof err, key, sizeof key), 0);
+    usersfile_free(&u);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_uid, 65534);
+    assert_int_equal(st.st_mode & 0777, 0600);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_words),
         cmocka_unit_test(test_load_write_restore),
         cmocka_unit_test(test_state_drop_quota),
+        cmocka_unit_test(test_owner_kept),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
