@@ -456,23 +456,60 @@ static void print_user(const struct jflat *f, const char *pre, int links, int qr
 #undef J
 }
 
+/* One row of `list`: the fields of users.N (in the order the walk met them). */
+struct row {
+    const char *name, *kind, *state, *source, *used, *line;
+};
+
+static void print_row(const struct row *r)
+{
+    const char *lim = r->line && strcmp(r->line, "null") ? r->line + strcspn(r->line, " ") : "";
+    if (r->name)
+        printf("%-24s %-6s %-9s %-10s %-14s %s\n", r->name, or_dash(r->kind), or_dash(r->state),
+               or_dash(r->source), or_dash(r->used), *lim ? lim + strspn(lim, " ") : "-");
+}
+
+/* The users of a list answer, one line each, in one pass over the walk (10,000 users). */
+static void print_list(const struct jflat *f)
+{
+    printf("%-24s %-6s %-9s %-10s %-14s %s\n", "NAME", "KIND", "STATE", "SOURCE", "QUOTA-USED",
+           "LIMITS");
+    struct row r = {0};
+    long cur = -1;
+    for (int i = 0; i < f->n; i++) {
+        const char *p = f->path[i];
+        if (strncmp(p, "users.", 6))
+            continue;
+        char *end;
+        long idx = strtol(p + 6, &end, 10);
+        if (*end != '.')
+            continue;
+        if (idx != cur) {
+            print_row(&r);
+            memset(&r, 0, sizeof r);
+            cur = idx;
+        }
+        const char *k = end + 1, *v = f->val[i];
+        if (!strcmp(k, "name"))
+            r.name = v;
+        else if (!strcmp(k, "kind"))
+            r.kind = v;
+        else if (!strcmp(k, "state"))
+            r.state = v;
+        else if (!strcmp(k, "source"))
+            r.source = v;
+        else if (!strcmp(k, "usage.quota_used"))
+            r.used = v;
+        else if (!strcmp(k, "limit_line"))
+            r.line = v;
+    }
+    print_row(&r);
+}
+
 static void print_human(const struct cli *c, const struct jflat *f)
 {
     if (!strcmp(c->cmd, "list")) {
-        printf("%-24s %-6s %-9s %-10s %-14s %s\n", "NAME", "KIND", "STATE", "SOURCE",
-               "QUOTA-USED", "LIMITS");
-        for (int i = 0;; i++) {
-            char k[96];
-#define J(key) (snprintf(k, sizeof k, "users.%d.%s", i, key), jget(f, k))
-            if (!J("name"))
-                break;
-            const char *ll = J("limit_line");
-            const char *lim = ll && strcmp(ll, "null") ? ll + strcspn(ll, " ") : "";
-            printf("%-24s %-6s %-9s %-10s %-14s %s\n", J("name"), or_dash(J("kind")),
-                   or_dash(J("state")), or_dash(J("source")), or_dash(J("usage.quota_used")),
-                   *lim ? lim + strspn(lim, " ") : "-");
-#undef J
-        }
+        print_list(f);
         return;
     }
     if (!strcmp(c->cmd, "del")) {
@@ -538,6 +575,8 @@ static int parse_args(struct cli *c, int argc, char **argv)
             c->dd = 1;
         } else if (!strcmp(a, "--qr") && !strcmp(c->cmd, "show")) {
             c->qr = 1;
+        } else if (a[0] == '-' && a[1] == '-' && a[2] && strchr(a, '=')) {
+            c->args[c->nargs++] = argv[i]; /* --KEY=VALUE for the config */
         } else if (a[0] == '-' && a[1] == '-' && a[2] && more && argv[i + 1][0] != '-' &&
                    strcmp(a, "--dd") && strcmp(a, "--qr")) {
             c->args[c->nargs++] = argv[i++]; /* --KEY VALUE for the config, as links takes */
