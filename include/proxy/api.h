@@ -1,4 +1,4 @@
-/* api.h: the management API (api = ADDR:PORT): users listed, created, changed, rotated and deleted through users-file and the reload path. */
+/* api.h: the management API (api = ADDR:PORT): users listed, created, changed, disabled, rotated, deleted and their quota reset, through users-file and the reload path; also served in-process by `mtproxy user` with the proxy stopped. */
 #ifndef MTPROXY_PROXY_API_H
 #define MTPROXY_PROXY_API_H
 

@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/fsutil.h"
 #include "crypto/crypto.h"
 #include "proto/json.h"
 #include "proto/secret.h"
