@@ -203,7 +203,8 @@ static const char *user_state(const struct user_limit *l, const struct user_tota
 }
 
 /* User i of g; its users-file record (NULL: from the config); with qr the QR code too. */
-static void user_json(struct sbuf *o, const struct gen *g, int i, const struct usersfile_rec *rec, int qr)
+static void user_json(struct sbuf *o, const struct gen *g, int i, const struct usersfile_rec *rec,
+                      int qr)
 {
     const struct options *opt = &g->opt;
     const struct secret *s = &opt->secrets[i];

@@ -29,7 +29,8 @@ void usercli_usage(FILE *f)
 {
     fprintf(f,
             "Usage: mtproxy user COMMAND [NAME] [OPTIONS] [--config FILE] [--json]\n\n"
-            "  add NAME [--dd | --tls DOMAIN] [--secret HEX32] [--limit 'conns=2 quota=50G/month']\n"
+            "  add NAME [--dd | --tls DOMAIN] [--secret HEX32]\n"
+            "           [--limit 'conns=2 quota=50G/month']\n"
             "                         a new user; prints its links\n"
             "  list                   every user, its state and usage\n"
             "  show NAME [--qr]       one user, its links (--qr: the QR code on the terminal)\n"
