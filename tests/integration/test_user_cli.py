@@ -109,6 +109,12 @@ def test_cli_against_the_running_proxy(procs, bins, tmp_path):
     rc, _, err = cli(bins, api, "add", "eve", extra=["--api", f"127.0.0.1:{free_ports(1)[0]}"])
     assert rc == 1 and "is running" in err, err
     assert "eve" not in api.file_text()
+    # running and no `api` in the config: the same, with what to do
+    rc, _, err = cli(bins, api, "add", "eve", extra=["--api", "off"])
+    assert rc == 1 and "is running" in err and "no `api`" in err, err
+    assert "eve" not in api.file_text()
+    p = subprocess.run(mtproxy_argv(bins, "user"), capture_output=True, text=True, timeout=T(30))
+    assert p.returncode == 2 and "Usage: mtproxy user" in p.stderr, p
 
 
 def test_cli_with_the_proxy_stopped(procs, bins, tmp_path):
