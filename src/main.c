@@ -41,6 +41,7 @@
 #include "proxy/reload.h"
 #include "proxy/tlslearn.h"
 #include "proxy/tools.h"
+#include "proxy/usercli.h"
 #include "proxy/users.h"
 
 #define EXIT_CONFIG 2
@@ -75,6 +76,10 @@ static void usage(FILE *f)
             "  mtproxy doctor [--config FILE] [--offline] [--KEY VALUE ...]\n"
             "                                            check this machine's setup: one\n"
             "                                            OK/WARN/FAIL line per check\n"
+            "  mtproxy user add|list|show|set|disable|enable|del|rotate|reset-quota [NAME]\n"
+            "       [--config FILE] [--json] ...        manage users through the running\n"
+            "                                            proxy's API, or users-file when it\n"
+            "                                            is stopped (mtproxy user --help)\n"
             "  mtproxy user rotate-address NAME [--config FILE] [--KEY VALUE ...]\n"
             "                                            listen-prefix: give user NAME a new\n"
             "                                            address (the running proxy is sent\n"
@@ -236,13 +241,14 @@ static void log_user_stats(const struct users *u)
             continue;
         log_info("user %s: conns %llu active %llu bytes_up %llu bytes_down %llu "
                  "quota_used %llu closed_limit %llu refused conns %llu ips %llu quota %llu "
-                 "expired %llu",
+                 "expired %llu disabled %llu",
                  users_name(u, id), (unsigned long long)t.conns, (unsigned long long)t.active,
                  (unsigned long long)t.bytes_up, (unsigned long long)t.bytes_down,
                  (unsigned long long)t.quota_used, (unsigned long long)t.closed_limit,
                  (unsigned long long)t.refused[UR_CONNS], (unsigned long long)t.refused[UR_IPS],
                  (unsigned long long)t.refused[UR_QUOTA],
-                 (unsigned long long)t.refused[UR_EXPIRED]);
+                 (unsigned long long)t.refused[UR_EXPIRED],
+                 (unsigned long long)t.refused[UR_DISABLED]);
     }
 }
 
@@ -1066,6 +1072,9 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "generate-secret") == 0)
         return generate_secret(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "user") &&
+        !(argc >= 3 && !strcmp(argv[2], "rotate-address")))
+        return usercli_main(argc - 2, argv + 2); /* add, list, show, set, ... (usercli.h) */
     struct app *a = calloc(1, sizeof *a);
     if (!a)
         return 1;

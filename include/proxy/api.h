@@ -1,4 +1,4 @@
-/* api.h: the management API (api = ADDR:PORT): users listed, created, changed, rotated and deleted through users-file and the reload path. */
+/* api.h: the management API (api = ADDR:PORT): users listed, created, changed, disabled, rotated, deleted and their quota reset, through users-file and the reload path; also served in-process by `mtproxy user` with the proxy stopped. */
 #ifndef MTPROXY_PROXY_API_H
 #define MTPROXY_PROXY_API_H
 
@@ -40,12 +40,22 @@ typedef struct gen *(*api_gen_fn)(void *arg);
 struct api;
 
 struct api *api_new(struct api_reloads *rl, api_gen_fn current, void *arg);
+
+/* `mtproxy user` with the daemon stopped: the same calls, served in this process with no token
+ * check; a change is applied by reload(arg) (which rebuilds the generation current() returns
+ * from the changed users-file: 0, or -1 with err) instead of a SIGHUP; reset-quota also drops
+ * the user's quota-used line from the state file. */
+typedef int (*api_reload_fn)(void *arg, char *err, size_t errlen);
+struct api *api_new_offline(api_gen_fn current, api_reload_fn reload, void *arg);
 void api_free(struct api *a);
 
 /* Serves one request (rq, its body[0..blen)) and writes the JSON answer to out. Blocks while
  * a change is written and reloaded. Returns the HTTP status. */
 int api_serve(struct api *a, const struct http_request *rq, const char *body, size_t blen,
               struct sbuf *out);
+
+/* Appends s as a JSON string (quoted, escaped) to o (o->failed on out of memory). */
+void api_json_str(struct sbuf *o, const char *s);
 
 /* main's side of struct api_reloads, around one reload (ok: it was accepted; err: else why). */
 void api_reload_begin(struct api_reloads *rl);

@@ -42,10 +42,11 @@ enum user_refusal {
     UR_IPS,       /* ips=N distinct addresses within ips-window reached */
     UR_QUOTA,     /* quota=SIZE used up (both directions) */
     UR_EXPIRED,   /* past expires= */
+    UR_DISABLED,  /* `disabled` in its limit line (API / `mtproxy user disable`) */
     UR_COUNT
 };
 
-/* Name of a refusal reason ("conns", "ips", "quota", "expired"). */
+/* Name of a refusal reason ("conns", "ips", "quota", "expired", "disabled"). */
 const char *users_refusal_name(enum user_refusal r);
 
 /* How often a quota starts over (quota=SIZE/day, /week, /month; plain quota=SIZE: never). */
@@ -63,6 +64,7 @@ struct user_limit {
     /* QP_MONTH: day of the month 1-28 (0 = quota-reset-day, filled in by options_validate);
      * QP_WEEK: weekday 1-7, Monday = 1 (the parser fills in Monday); else 0 */
     uint8_t quota_day;
+    uint8_t disabled; /* `disabled`: new connections refused, live ones end as for a removal */
 };
 
 /* "day", "week", "month" (NULL for QP_LIFETIME). */
@@ -77,11 +79,12 @@ int64_t users_period_start(enum quota_period p, unsigned day, int64_t now, int64
 /* Parses the value of a `limit` line:
  *
  *   NAME [conns=N] [ips=N] [quota=SIZE[/day|/week|/month]] [quota-day=DAY]
- *        [expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]
+ *        [expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s] [disabled]
  *
  * (fields separated by blanks, each at most once, in any order; SIZE as elsewhere: 16k, 4M,
  * 10G; a date alone means 00:00:00 UTC that day; quota-day only with /month (1-28) or /week
- * (1-7, Monday = 1, or a weekday's name: mon, monday ...)). Returns 0, or -1 with a message
+ * (1-7, Monday = 1, or a weekday's name: mon, monday ...); `disabled`, a bare word, turns the
+ * user off while keeping its secret, limits and usage). Returns 0, or -1 with a message
  * in err. */
 int users_limit_parse(const char *text, struct user_limit *out, char *err, size_t errlen);
 
@@ -126,7 +129,8 @@ struct users {
     uint32_t *slots;
     size_t nslots;
     uint32_t max; /* ids that may be handed out: USERS_MAX (a test lowers it) */
-    uint32_t resets; /* quotas started over so far (users_quota_roll; main thread) */
+    _Atomic uint32_t resets; /* quotas started over so far (users_quota_roll on the main
+                              * thread, users_quota_reset from the API's thread) */
 };
 
 /* A rollback point of the registry's names (users_mark): a reload that fails after interning
@@ -204,6 +208,13 @@ int users_log_allowed(const struct users *u, uint32_t id, double now);
  * Main thread only (each generation built, each state save). Returns the number of users
  * reset (also added to u->resets: the state file must be rewritten, even if empty). */
 int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64_t now);
+
+/* reset-quota (the API, `mtproxy user reset-quota`): user id's quota usage starts over now
+ * (0 bytes, whole process; a user refused for its quota is served again at once) and
+ * u->resets moves, so the next state save rewrites its quota-used line. Any thread. Returns
+ * the bytes it had used.
+ * FLEET HOOK: the fleet-wide counter (limits-store) is to be reset here too. */
+uint64_t users_quota_reset(struct users *u, uint32_t id);
 
 /* State file: writes `quota-used = NAME BYTES [PERIOD_START]` lines (the period's start only
  * for a periodic quota) for every user with bytes used into buf (NUL-terminated, grown with

@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/fsutil.h"
 #include "crypto/crypto.h"
 #include "proto/json.h"
 #include "proto/secret.h"
@@ -21,11 +20,13 @@
 #include "proxy/qr.h"
 #include "proxy/reload.h"
 #include "proxy/users.h"
+#include "proxy/usersfile.h"
 
 struct api {
     pthread_mutex_t lock; /* one change (write + reload) at a time */
     struct api_reloads *rl;
     api_gen_fn current;
+    api_reload_fn reload; /* offline (`mtproxy user` with the daemon stopped): the rebuild */
     void *arg;
 };
 
@@ -53,6 +54,14 @@ struct api *api_new(struct api_reloads *rl, api_gen_fn current, void *arg)
     return a;
 }
 
+struct api *api_new_offline(api_gen_fn current, api_reload_fn reload, void *arg)
+{
+    struct api *a = api_new(NULL, current, arg);
+    if (a)
+        a->reload = reload;
+    return a;
+}
+
 void api_free(struct api *a)
 {
     if (!a)
@@ -63,7 +72,7 @@ void api_free(struct api *a)
 
 /* --- JSON out ------------------------------------------------------------------------- */
 
-static void jstr(struct sbuf *o, const char *s)
+void api_json_str(struct sbuf *o, const char *s)
 {
     char small[512];
     size_t n = json_escape(s, small, sizeof small);
@@ -94,190 +103,14 @@ static int fail(struct sbuf *o, int code, const char *field, const char *fmt, ..
     va_end(ap);
     o->len = 0;
     sbuf_printf(o, "{\"error\":");
-    jstr(o, msg);
+    api_json_str(o, msg);
     sbuf_printf(o, ",\"field\":");
     if (field)
-        jstr(o, field);
+        api_json_str(o, field);
     else
         sbuf_printf(o, "null");
     sbuf_printf(o, "}\n");
     return code;
-}
-
-/* --- users-file as records ------------------------------------------------------------ */
-
-/* One user of users-file: its secret line's value and limit line's value (NULL: none). */
-struct urec {
-    char name[SECRET_NAME_MAX];
-    char *secret, *limit;
-};
-
-struct ufile {
-    struct urec *r;
-    int n, cap;
-    char *text; /* as read (NULL: no file) */
-    size_t len;
-};
-
-static void ufile_free(struct ufile *u)
-{
-    for (int i = 0; i < u->n; i++) {
-        free(u->r[i].secret);
-        free(u->r[i].limit);
-    }
-    free(u->r);
-    free(u->text);
-    memset(u, 0, sizeof *u);
-}
-
-static int ufile_find(const struct ufile *u, const char *name)
-{
-    for (int i = 0; i < u->n; i++)
-        if (!strcmp(u->r[i].name, name))
-            return i;
-    return -1;
-}
-
-/* The record of name (added if new), or NULL (out of memory). */
-static struct urec *ufile_rec(struct ufile *u, const char *name, size_t n)
-{
-    char nm[SECRET_NAME_MAX];
-    snprintf(nm, sizeof nm, "%.*s", (int)(n < sizeof nm ? n : sizeof nm - 1), name);
-    int i = ufile_find(u, nm);
-    if (i >= 0)
-        return &u->r[i];
-    if (u->n == u->cap) {
-        int cap = u->cap ? 2 * u->cap : 16;
-        struct urec *r = realloc(u->r, (size_t)cap * sizeof *r);
-        if (!r)
-            return NULL;
-        u->r = r;
-        u->cap = cap;
-    }
-    struct urec *r = &u->r[u->n++];
-    memset(r, 0, sizeof *r);
-    memcpy(r->name, nm, sizeof nm);
-    return r;
-}
-
-/* Records a line's value (what = the secret or the limit slot of its user). */
-static int ufile_keep(struct ufile *u, const char *v, size_t namelen, int limit, char *err,
-                      size_t errlen)
-{
-    struct urec *r = ufile_rec(u, v, namelen);
-    char *copy = strdup(v);
-    if (!r || !copy) {
-        free(copy);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    char **slot = limit ? &r->limit : &r->secret;
-    free(*slot);
-    *slot = copy;
-    return 0;
-}
-
-static int keep_secret(void *conf, const char *v, char *err, size_t errlen)
-{
-    return ufile_keep(conf, v, strcspn(v, ":"), 0, err, errlen);
-}
-
-static int keep_limit(void *conf, const char *v, char *err, size_t errlen)
-{
-    return ufile_keep(conf, v, strcspn(v, " \t"), 1, err, errlen);
-}
-
-static const struct config_option ufile_keys[] = {
-    {.name = "secret", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = keep_secret},
-    {.name = "limit", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = keep_limit},
-};
-
-/* Checks users-file text with the reload's own parser. Returns 0, or -1 with the first error
- * in err and the key of the line it is on in key ("" if none). */
-static int ufile_check(const char *path, const char *text, size_t len, char *err, size_t errlen,
-                       char *key, size_t keylen)
-{
-    struct options *o = calloc(1, sizeof *o);
-    struct config_errors *e = calloc(1, sizeof *e);
-    int rc = -1;
-    key[0] = 0;
-    if (!o || !e) {
-        snprintf(err, errlen, "out of memory");
-    } else if (options_load_users(o, path, text, len, e) == 0) {
-        rc = 0;
-    } else {
-        snprintf(err, errlen, "%s", e->msg[0]);
-        /* PATH:LINE: ...: the key of that line of text */
-        const char *c = e->msg[0] + strlen(path);
-        int line = *c == ':' ? atoi(c + 1) : 0;
-        const char *l = text;
-        for (int i = 1; l && i < line; i++)
-            if ((l = memchr(l, '\n', len - (size_t)(l - text))))
-                l++;
-        if (l && line > 0)
-            snprintf(key, keylen, "%.*s", (int)strcspn(l, " =\n"), l);
-    }
-    options_free(o);
-    free(o);
-    free(e);
-    return rc;
-}
-
-/* Reads path into u (a missing file is empty). Returns 0, or -1 with err (unreadable, or
- * lines that do not parse: the operator's hand edit must be fixed first). */
-static int ufile_load(struct ufile *u, const char *path, char *err, size_t errlen)
-{
-    memset(u, 0, sizeof *u);
-    FILE *f = fopen(path, "re");
-    if (!f && errno != ENOENT) {
-        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-        return -1;
-    }
-    if (f) {
-        struct sbuf b = {.max = CONFIG_FILE_MAX};
-        char chunk[8192];
-        size_t n;
-        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            sbuf_add(&b, chunk, n);
-        int bad = ferror(f) || b.failed;
-        fclose(f);
-        if (bad) {
-            sbuf_free(&b);
-            snprintf(err, errlen, "%s: cannot read (or larger than %d bytes)", path,
-                     CONFIG_FILE_MAX);
-            return -1;
-        }
-        u->text = b.p ? b.p : strdup("");
-        u->len = b.len;
-    }
-    char key[32];
-    if (u->text && ufile_check(path, u->text, u->len, err, errlen, key, sizeof key))
-        return -1;
-    struct config_parser *p = malloc(sizeof *p);
-    if (!p) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    config_init(p, ufile_keys, 2, u);
-    int bad = u->text && config_load_buffer(p, path, u->text, u->len);
-    if (bad)
-        snprintf(err, errlen, "%s", p->errors.msg[0]);
-    free(p);
-    return bad ? -1 : 0;
-}
-
-/* users-file's text for u. */
-static int ufile_render(const struct ufile *u, struct sbuf *b)
-{
-    sbuf_printf(b, "# mtproxy users-file: secret and limit lines, rewritten by the management "
-                   "API (comments are not kept). Keep it private.\n");
-    for (int i = 0; i < u->n; i++) {
-        if (u->r[i].secret)
-            sbuf_printf(b, "secret = %s\n", u->r[i].secret);
-        if (u->r[i].limit)
-            sbuf_printf(b, "limit = %s\n", u->r[i].limit);
-    }
-    return b->failed ? -1 : 0;
 }
 
 /* --- applying a change ---------------------------------------------------------------- */
@@ -286,6 +119,8 @@ static int ufile_render(const struct ufile *u, struct sbuf *b)
  * (refused: err), -2 (no answer in time). */
 static int reload_now(struct api *a, char *err, size_t errlen)
 {
+    if (a->reload)
+        return a->reload(a->arg, err, errlen) ? -1 : 0;
     unsigned long b0 = atomic_load(&a->rl->begun);
     if (kill(getpid(), SIGHUP)) {
         snprintf(err, errlen, "cannot signal the reload: %s", strerror(errno));
@@ -309,54 +144,33 @@ static int reload_now(struct api *a, char *err, size_t errlen)
     return 0;
 }
 
-/* Drops the NAME.prev users (keep_previous) whose grace has passed. */
-static void ufile_prune(struct ufile *u)
-{
-    time_t now = time(NULL);
-    for (int i = 0; i < u->n; i++) {
-        size_t n = strlen(u->r[i].name);
-        struct user_limit l;
-        char err[CONFIG_ERR_LEN];
-        if (n < 6 || strcmp(u->r[i].name + n - 5, ".prev") || !u->r[i].limit ||
-            users_limit_parse(u->r[i].limit, &l, err, sizeof err) || !l.expires ||
-            l.expires > (int64_t)now)
-            continue;
-        free(u->r[i].secret);
-        free(u->r[i].limit);
-        u->r[i--] = u->r[--u->n];
-    }
-}
-
-/* Checks u's text, writes it to path and reloads; on a refused reload the old text goes
+/* Writes u to path (usersfile_write) and reloads; on a refused reload the old text goes
  * back. Returns 0, or the HTTP status of the error written to o. */
-static int ufile_commit(struct api *a, const char *path, struct ufile *u, struct sbuf *o)
+static int ufile_commit(struct api *a, const char *path, struct usersfile *u, struct sbuf *o)
 {
-    struct sbuf b = {.max = CONFIG_FILE_MAX};
     char err[CONFIG_ERR_LEN], key[32];
     int code = 0;
-    ufile_prune(u);
-    if (ufile_render(u, &b)) {
-        code = fail(o, 500, NULL, "users-file would be larger than %d bytes", CONFIG_FILE_MAX);
-    } else if (ufile_check(path, b.p, b.len, err, sizeof err, key, sizeof key)) {
-        code = fail(o, 400, !strcmp(key, "limit") ? "limits" : key[0] ? key : NULL, "%s", err);
-    } else if (fs_write_atomic(path, b.p, b.len, 0600, (uid_t)-1, err, sizeof err)) {
-        code = fail(o, 500, NULL, "cannot write users-file (nothing changed): %s", err);
-    } else {
-        int rc = reload_now(a, err, sizeof err);
-        if (rc == -1) {
-            char e2[CONFIG_ERR_LEN] = "";
-            if (u->text ? fs_write_atomic(path, u->text, u->len, 0600, (uid_t)-1, e2, sizeof e2)
-                        : unlink(path))
-                code = fail(o, 500, NULL, "the reload refused users-file (%s), and the old "
-                            "one could not be put back: %s", err, e2);
-            else
-                code = fail(o, 400, NULL, "the reload refused the change (nothing changed): %s",
-                            err);
-        } else if (rc == -2) {
-            code = fail(o, 504, NULL, "users-file is written but %s", err);
-        }
+    switch (usersfile_write(path, u, err, sizeof err, key, sizeof key)) {
+    case 0:
+        break;
+    case USERSFILE_INVALID:
+        return fail(o, 400, !strcmp(key, "limit") ? "limits" : key[0] ? key : NULL, "%s", err);
+    case USERSFILE_TOO_BIG:
+        return fail(o, 500, NULL, "%s", err);
+    default:
+        return fail(o, 500, NULL, "cannot write users-file (nothing changed): %s", err);
     }
-    sbuf_free(&b);
+    int rc = reload_now(a, err, sizeof err);
+    if (rc == -1) {
+        char e2[CONFIG_ERR_LEN] = "";
+        if (usersfile_restore(path, u, e2, sizeof e2))
+            code = fail(o, 500, NULL, "the reload refused users-file (%s), and the old "
+                        "one could not be put back: %s", err, e2);
+        else
+            code = fail(o, 400, NULL, "the reload refused the change (nothing changed): %s", err);
+    } else if (rc == -2) {
+        code = fail(o, 504, NULL, "users-file is written but %s", err);
+    }
     return code;
 }
 
@@ -375,19 +189,33 @@ static void num_or_null(struct sbuf *o, const char *key, unsigned long long v, i
         sbuf_printf(o, "%s\"%s\":null", comma ? "," : "", key);
 }
 
+/* "disabled", "expired", "quota" (used up) or "active": whether a new connection of the user
+ * is served now (in that order of precedence, as users_admit checks). */
+static const char *user_state(const struct user_limit *l, const struct user_totals *t)
+{
+    if (l && l->disabled)
+        return "disabled";
+    if (l && l->expires && time(NULL) >= (time_t)l->expires)
+        return "expired";
+    if (l && l->quota && t->quota_used >= l->quota)
+        return "quota";
+    return "active";
+}
+
 /* User i of g; its users-file record (NULL: from the config); with qr the QR code too. */
-static void user_json(struct sbuf *o, const struct gen *g, int i, const struct urec *rec, int qr)
+static void user_json(struct sbuf *o, const struct gen *g, int i, const struct usersfile_rec *rec,
+                      int qr)
 {
     const struct options *opt = &g->opt;
     const struct secret *s = &opt->secrets[i];
     char hex[SECRET_HEX_MAX];
     secret_to_hex(s, hex, sizeof hex);
     sbuf_printf(o, "{\"name\":");
-    jstr(o, s->name);
+    api_json_str(o, s->name);
     sbuf_printf(o, ",\"kind\":\"%s\"", kind_name(s->kind));
     if (s->kind == SECRET_EE) {
         sbuf_printf(o, ",\"domain\":");
-        jstr(o, s->domain);
+        api_json_str(o, s->domain);
     }
     sbuf_printf(o, ",\"secret\":\"%s\",\"source\":\"%s\",\"limits\":{", hex,
                 rec ? "users-file" : "config");
@@ -397,14 +225,14 @@ static void user_json(struct sbuf *o, const struct gen *g, int i, const struct u
     num_or_null(o, "quota", l ? l->quota : 0, 1);
     num_or_null(o, "expires", l && l->expires > 0 ? (unsigned long long)l->expires : 0, 1);
     num_or_null(o, "rate", l ? l->rate : 0, 1);
-    sbuf_printf(o, "},\"limit_line\":");
-    if (rec && rec->limit)
-        jstr(o, rec->limit);
-    else
-        sbuf_printf(o, "null");
     struct user_totals t = {0};
     if (g->users && g->uid)
         users_stats_sum(g->users, g->uid[i], &t);
+    sbuf_printf(o, "},\"state\":\"%s\",\"limit_line\":", user_state(l, &t));
+    if (rec && rec->limit)
+        api_json_str(o, rec->limit);
+    else
+        sbuf_printf(o, "null");
     sbuf_printf(o, ",\"usage\":{\"bytes_up\":%llu,\"bytes_down\":%llu,\"active\":%llu,"
                    "\"connections\":%llu,\"quota_used\":%llu}",
                 (unsigned long long)t.bytes_up, (unsigned long long)t.bytes_down,
@@ -415,14 +243,14 @@ static void user_json(struct sbuf *o, const struct gen *g, int i, const struct u
     port = prefix_link_host(opt, i, host, sizeof host, port);
     if (!secret_links(s, host, port, tg, sizeof tg, https, sizeof https)) {
         sbuf_printf(o, ",\"links\":{\"tg\":");
-        jstr(o, tg);
+        api_json_str(o, tg);
         sbuf_printf(o, ",\"https\":");
-        jstr(o, https);
+        api_json_str(o, https);
         sbuf_printf(o, "}");
         struct sbuf svg = {.max = 1 << 20};
         if (qr && !qr_svg(https, 4, &svg) && svg.p) {
             sbuf_printf(o, ",\"qr_svg\":");
-            jstr(o, svg.p);
+            api_json_str(o, svg.p);
         }
         sbuf_free(&svg);
     }
@@ -435,34 +263,34 @@ static int user_answer(struct api *a, const char *name, int code, int qr, struct
     int i = options_find_secret(&g->opt, name);
     if (i < 0)
         return fail(o, 404, NULL, "no user '%s'", name);
-    struct ufile u;
+    struct usersfile u;
     char err[CONFIG_ERR_LEN];
-    int have = g->opt.users_file[0] && !ufile_load(&u, g->opt.users_file, err, sizeof err);
-    int r = have ? ufile_find(&u, name) : -1;
+    int have = g->opt.users_file[0] && !usersfile_load(&u, g->opt.users_file, err, sizeof err);
+    int r = have ? usersfile_find(&u, name) : -1;
     o->len = 0;
     user_json(o, g, i, r >= 0 && u.r[r].secret ? &u.r[r] : NULL, qr);
     sbuf_printf(o, "\n");
     if (have)
-        ufile_free(&u);
+        usersfile_free(&u);
     return code;
 }
 
 static int users_list(struct api *a, struct sbuf *o)
 {
     const struct gen *g = a->current(a->arg);
-    struct ufile u;
+    struct usersfile u;
     char err[CONFIG_ERR_LEN];
-    int have = g->opt.users_file[0] && !ufile_load(&u, g->opt.users_file, err, sizeof err);
+    int have = g->opt.users_file[0] && !usersfile_load(&u, g->opt.users_file, err, sizeof err);
     sbuf_printf(o, "{\"generation\":%llu,\"users\":[", (unsigned long long)g->serial);
     for (int i = 0; i < g->opt.nsecrets; i++) {
-        int r = have ? ufile_find(&u, g->opt.secrets[i].name) : -1;
+        int r = have ? usersfile_find(&u, g->opt.secrets[i].name) : -1;
         if (i)
             sbuf_printf(o, ",");
         user_json(o, g, i, r >= 0 && u.r[r].secret ? &u.r[r] : NULL, 0);
     }
     sbuf_printf(o, "]}\n");
     if (have)
-        ufile_free(&u);
+        usersfile_free(&u);
     return 200;
 }
 
@@ -510,9 +338,10 @@ static int limit_line(const char *name, const char *old, const struct json_obj *
             size_t w = strcspn(p, " \t"), eq = strcspn(p, "=");
             if (!w)
                 break;
-            if (eq < w && n < 16) {
-                snprintf(keys[n], sizeof keys[n], "%.*s", (int)eq, p);
-                snprintf(vals[n], sizeof vals[n], "%.*s", (int)(w - eq - 1), p + eq + 1);
+            if (n < 16) { /* KEY=VALUE, or a bare word (disabled): VALUE "" */
+                snprintf(keys[n], sizeof keys[n], "%.*s", (int)(eq < w ? eq : w), p);
+                snprintf(vals[n], sizeof vals[n], "%.*s", (int)(eq < w ? w - eq - 1 : 0),
+                         eq < w ? p + eq + 1 : "");
                 n++;
             }
             p += w;
@@ -569,8 +398,8 @@ static int limit_line(const char *name, const char *old, const struct json_obj *
     size_t len = 0;
     out[0] = 0;
     for (int k = 0; k < n; k++)
-        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s %s=%s",
-                                k ? "" : name, "", keys[k], vals[k]);
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s %s%s%s",
+                                k ? "" : name, keys[k], vals[k][0] ? "=" : "", vals[k]);
     if (len >= cap)
         return fail(o, 400, "limits", "limit line too long");
     return 0;
@@ -656,14 +485,6 @@ static int secret_text(const char *name, const char *kind, const char *domain, c
     return 0;
 }
 
-/* Sets r's limit line's value to lim ("": none). Returns 0, or -1 (out of memory). */
-static int rec_limit(struct urec *r, const char *lim)
-{
-    free(r->limit);
-    r->limit = lim[0] ? strdup(lim) : NULL;
-    return lim[0] && !r->limit ? -1 : 0;
-}
-
 /* --- the calls ------------------------------------------------------------------------ */
 
 /* users-file of g, or 409 written. */
@@ -680,7 +501,7 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
 {
     static const char *const allowed[] = {"name", "kind", "domain", "secret", "limits", NULL};
     struct json_obj *j = malloc(sizeof *j);
-    struct ufile u = {0};
+    struct usersfile u = {0};
     char st[SECRET_NAME_MAX + SECRET_HEX_MAX + 2], lim[1024];
     const char *name = NULL, *kind = "plain", *domain = NULL, *given = NULL;
     int code = 0;
@@ -708,25 +529,25 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
         (code = secret_text(name, kind, domain, key, st, sizeof st, o)) ||
         (code = limit_line(name, NULL, j, json_get(j, NULL, "limits"), lim, sizeof lim, o)))
         goto out;
-    if (ufile_load(&u, path, err, sizeof err)) {
+    if (usersfile_load(&u, path, err, sizeof err)) {
         code = fail(o, 409, NULL, "users-file must be fixed first: %s", err);
         goto out;
     }
-    int r = ufile_find(&u, name);
+    int r = usersfile_find(&u, name);
     if ((r >= 0 && u.r[r].secret) || options_find_secret(&g->opt, name) >= 0) {
         code = fail(o, 409, "name", "a user named '%s' exists already%s", name,
                     r >= 0 && u.r[r].secret ? "" : " (in the config file)");
         goto out;
     }
-    struct urec *rec = ufile_rec(&u, name, strlen(name));
-    if (!rec || !(rec->secret = strdup(st)) || rec_limit(rec, lim)) {
+    struct usersfile_rec *rec = usersfile_rec(&u, name, strlen(name));
+    if (!rec || !(rec->secret = strdup(st)) || usersfile_set_limit(rec, lim)) {
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }
     if (!(code = ufile_commit(a, path, &u, o)))
         code = user_answer(a, name, 201, 1, o);
 out:
-    ufile_free(&u);
+    usersfile_free(&u);
     free(j);
     return code;
 }
@@ -734,12 +555,12 @@ out:
 /* Loads users-file and finds name's record with a secret line; else the error is written
  * (404, or 409 for a user of the config file). */
 static int user_of_file(const struct gen *g, const char *path, const char *name,
-                        struct ufile *u, int *r, struct sbuf *o)
+                        struct usersfile *u, int *r, struct sbuf *o)
 {
     char err[CONFIG_ERR_LEN];
-    if (ufile_load(u, path, err, sizeof err))
+    if (usersfile_load(u, path, err, sizeof err))
         return fail(o, 409, NULL, "users-file must be fixed first: %s", err);
-    *r = ufile_find(u, name);
+    *r = usersfile_find(u, name);
     if (*r >= 0 && u->r[*r].secret)
         return 0;
     if (options_find_secret(&g->opt, name) >= 0)
@@ -753,7 +574,7 @@ static int user_patch(struct api *a, const char *name, const char *body, size_t 
 {
     static const char *const allowed[] = {"limits", NULL};
     struct json_obj *j = malloc(sizeof *j);
-    struct ufile u = {0};
+    struct usersfile u = {0};
     char lim[1024];
     int code = 0, r;
     const struct gen *g = a->current(a->arg);
@@ -767,21 +588,21 @@ static int user_patch(struct api *a, const char *name, const char *body, size_t 
     if ((code = limit_line(name, u.r[r].limit, j, l && l->type == JSON_OBJECT ? l : NULL, lim,
                            sizeof lim, o)))
         goto out;
-    if (rec_limit(&u.r[r], lim)) {
+    if (usersfile_set_limit(&u.r[r], lim)) {
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }
     if (!(code = ufile_commit(a, path, &u, o)))
         code = user_answer(a, name, 200, 0, o);
 out:
-    ufile_free(&u);
+    usersfile_free(&u);
     free(j);
     return code;
 }
 
 static int user_delete(struct api *a, const char *name, struct sbuf *o)
 {
-    struct ufile u = {0};
+    struct usersfile u = {0};
     int code = 0, r;
     const struct gen *g = a->current(a->arg);
     const char *path = users_file(g, o, &code);
@@ -790,7 +611,7 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
     char prev[SECRET_NAME_MAX + 8];
     snprintf(prev, sizeof prev, "%s.prev", name);
     for (int k = 0; k < 2; k++) { /* the user, and its previous secret still in its grace */
-        if ((r = ufile_find(&u, k ? prev : name)) < 0)
+        if ((r = usersfile_find(&u, k ? prev : name)) < 0)
             continue;
         free(u.r[r].secret);
         free(u.r[r].limit);
@@ -799,13 +620,13 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
     if (!(code = ufile_commit(a, path, &u, o))) {
         o->len = 0;
         sbuf_printf(o, "{\"deleted\":");
-        jstr(o, name);
+        api_json_str(o, name);
         sbuf_printf(o, ",\"generation\":%llu}\n",
                     (unsigned long long)a->current(a->arg)->serial);
         code = 200;
     }
 out:
-    ufile_free(&u);
+    usersfile_free(&u);
     return code;
 }
 
@@ -813,7 +634,7 @@ out:
  * own counters) with a limit line expires=now+grace, which the proxy enforces by itself (no
  * timer; the line is dropped by a later change once past, see ufile_prune). Returns 0, or the
  * HTTP status of the error written to o. */
-static int keep_previous(const struct gen *g, struct ufile *u, const char *name,
+static int keep_previous(const struct gen *g, struct usersfile *u, const char *name,
                          const struct secret *old, long long grace, struct sbuf *o)
 {
     char prev[SECRET_NAME_MAX + 8], hex[SECRET_HEX_MAX], st[sizeof prev + SECRET_HEX_MAX + 2],
@@ -822,7 +643,7 @@ static int keep_previous(const struct gen *g, struct ufile *u, const char *name,
     if (strlen(prev) >= SECRET_NAME_MAX)
         return fail(o, 400, "grace_seconds", "a grace needs the name NAME.prev for the old "
                     "secret, and '%s' is too long for that", prev);
-    int r = ufile_find(u, prev);
+    int r = usersfile_find(u, prev);
     if ((r < 0 || !u->r[r].secret) && options_find_secret(&g->opt, prev) >= 0)
         return fail(o, 409, "grace_seconds", "a grace needs the name '%s' for the old secret, "
                     "and a user of the config file has it", prev);
@@ -834,9 +655,9 @@ static int keep_previous(const struct gen *g, struct ufile *u, const char *name,
     secret_to_hex(old, hex, sizeof hex);
     snprintf(st, sizeof st, "%s:%s", prev, hex);
     snprintf(lim, sizeof lim, "%s expires=%s", prev, when);
-    struct urec *rec = ufile_rec(u, prev, strlen(prev));
+    struct usersfile_rec *rec = usersfile_rec(u, prev, strlen(prev));
     char *sc = strdup(st);
-    if (!rec || !sc || rec_limit(rec, lim)) {
+    if (!rec || !sc || usersfile_set_limit(rec, lim)) {
         free(sc);
         return fail(o, 500, NULL, "out of memory");
     }
@@ -850,7 +671,7 @@ static int user_rotate(struct api *a, const char *name, const char *body, size_t
 {
     static const char *const allowed[] = {"grace_seconds", NULL};
     struct json_obj *j = calloc(1, sizeof *j);
-    struct ufile u = {0};
+    struct usersfile u = {0};
     int code = 0, r;
     const struct gen *g = a->current(a->arg);
     const char *path = users_file(g, o, &code);
@@ -880,7 +701,7 @@ static int user_rotate(struct api *a, const char *name, const char *body, size_t
     }
     if (grace && (code = keep_previous(g, &u, name, &s, grace, o)))
         goto out;
-    r = ufile_find(&u, name); /* keep_previous may have moved the records */
+    r = usersfile_find(&u, name); /* keep_previous may have moved the records */
     if (crypto_random(s.key, sizeof s.key)) {
         code = fail(o, 500, NULL, "no random source");
         goto out;
@@ -897,9 +718,50 @@ static int user_rotate(struct api *a, const char *name, const char *body, size_t
     if (!(code = ufile_commit(a, path, &u, o)))
         code = user_answer(a, name, 200, 1, o);
 out:
-    ufile_free(&u);
+    usersfile_free(&u);
     free(j);
     return code;
+}
+
+/* disable (on) / enable: the word `disabled` in the user's limit line. */
+static int user_disable(struct api *a, const char *name, int on, struct sbuf *o)
+{
+    struct usersfile u = {0};
+    int code = 0, r;
+    const struct gen *g = a->current(a->arg);
+    const char *path = users_file(g, o, &code);
+    if (code || (code = user_of_file(g, path, name, &u, &r, o)))
+        goto out;
+    if (usersfile_set_word(&u.r[r], "disabled", on)) {
+        code = fail(o, 500, NULL, "out of memory");
+        goto out;
+    }
+    if (!(code = ufile_commit(a, path, &u, o)))
+        code = user_answer(a, name, 200, 0, o);
+out:
+    usersfile_free(&u);
+    return code;
+}
+
+/* reset-quota: the user's quota usage starts over (users_quota_reset); offline, its state
+ * file line goes too. Users of the config file may be reset as well (nothing is written to
+ * a config). */
+static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
+{
+    const struct gen *g = a->current(a->arg);
+    int i = options_find_secret(&g->opt, name);
+    if (i < 0)
+        return fail(o, 404, NULL, "no user '%s'", name);
+    if (!g->users || !g->uid)
+        return fail(o, 500, NULL, "no users registry");
+    users_quota_reset(g->users, g->uid[i]);
+    if (a->reload) { /* the daemon is stopped: its state file is the usage */
+        char err[CONFIG_ERR_LEN];
+        int found;
+        if (usersfile_state_drop_quota(g->opt.state_file, name, &found, err, sizeof err))
+            return fail(o, 500, NULL, "cannot rewrite the state file: %s", err);
+    }
+    return user_answer(a, name, 200, 0, o);
 }
 
 static int do_reload(struct api *a, struct sbuf *o)
@@ -919,7 +781,7 @@ static int health(struct api *a, struct sbuf *o)
                    "\"users_file\":",
                 MTPROXY_VERSION, (unsigned long long)g->serial, g->opt.nsecrets);
     if (g->opt.users_file[0])
-        jstr(o, g->opt.users_file);
+        api_json_str(o, g->opt.users_file);
     else
         sbuf_printf(o, "null");
     sbuf_printf(o, ",\"qr\":%s}\n", qr_available() ? "true" : "false");
@@ -962,6 +824,11 @@ static int route(struct api *a, const struct http_request *rq, const char *body,
     if (!strcmp(p, "/rotate"))
         return m == HTTP_POST ? user_rotate(a, name, body, blen, o)
                               : method_not_allowed(o, "POST");
+    if (!strcmp(p, "/disable") || !strcmp(p, "/enable"))
+        return m == HTTP_POST ? user_disable(a, name, p[1] == 'd', o)
+                              : method_not_allowed(o, "POST");
+    if (!strcmp(p, "/reset-quota"))
+        return m == HTTP_POST ? user_reset_quota(a, name, o) : method_not_allowed(o, "POST");
     if (*p)
         return fail(o, 404, NULL, "not found");
     if (get)
@@ -978,7 +845,7 @@ int api_serve(struct api *a, const struct http_request *rq, const char *body, si
 {
     const struct gen *g = a->current(a->arg);
     const char *token = g->opt.api_token;
-    if (!token[0] || !rq->has_bearer || !http_token_equal(rq->bearer, token))
+    if (!a->reload && (!token[0] || !rq->has_bearer || !http_token_equal(rq->bearer, token)))
         return fail(out, 401, NULL, "a token is needed: Authorization: Bearer API-TOKEN");
     pthread_mutex_lock(&a->lock);
     int code = route(a, rq, body, blen, out);

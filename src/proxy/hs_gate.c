@@ -6,6 +6,16 @@
 
 /* --- users: limits at admission --------------------------------------------------------- */
 
+/* Why a connection begun under an older generation is refused: its user is not live in cur,
+ * removed or disabled since (a walk of cur's users, on this rare path only). */
+static int gone_reason(const struct gen *cur, uint32_t uid)
+{
+    for (int i = 0; i < cur->opt.nsecrets; i++)
+        if (cur->uid[i] == uid && cur->lim[i] && cur->lim[i]->disabled)
+            return UR_DISABLED;
+    return UR_COUNT;
+}
+
 /* A client proved secret idx (of c->gen): its user is admitted under its limits, or refused.
  * Returns 0 (admitted: c->uid, c->us, c->lim set, counted), or -1 (refused: counted and
  * logged once per user per minute; the caller rejects it like a bad client), or
@@ -31,7 +41,7 @@ int gate_user(struct conn *c, uint32_t idx)
      * the worker's newest generation for a connection, on purpose). */
     const struct gen *cur = pw->gen;
     int r = (g != cur && (uid >= cur->nusers || !cur->live[uid]))
-                ? UR_COUNT
+                ? gone_reason(cur, uid)
                 : users_admit(pw->users, uid, lim, &c->peer, now,
                               g->opt.ips_window_ms / 1000.0);
     if (r < 0) {

@@ -476,7 +476,8 @@ const struct config_option options_table[] = {
              "non-clients are fronted to). NAME labels it in logs. Repeat for several. With "
              "none, a plain one is generated and kept in state-file."},
     {.name = "limit", .type = CFG_CUSTOM, .flags = CFG_REPEAT,
-     .arg = "'NAME [conns=N] [ips=N] [quota=SIZE[/month]] [expires=DATE] [rate=SIZE/s]'",
+     .arg = "'NAME [conns=N] [ips=N] [quota=SIZE[/month]] [expires=DATE] [rate=SIZE/s] "
+            "[disabled]'",
      .parse = parse_limit, .reset = reset_limit,
      .help = "Limits of the user (secret) NAME, each optional: conns = concurrent connections; "
              "ips = distinct client addresses within ips-window; quota = bytes both ways, kept "
@@ -486,7 +487,9 @@ const struct config_option options_table[] = {
              "at 00:00 UTC; expires = YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC); rate = bytes per "
              "second each way, shared by the user's connections (e.g. 1M/s). A refused client "
              "is treated like a bad one (ee: fronted; others: held, then closed); logged once "
-             "per user per minute and counted per user and reason. One line per user."},
+             "per user per minute and counted per user and reason. The word disabled (no "
+             "value; `mtproxy user disable`) refuses the user's new connections (reason "
+             "disabled) and ends its live ones as removed-user says. One line per user."},
     {.name = "quota-reset-day", .type = CFG_INT, .offset = OFF(quota_reset_day), .def = "1",
      .min = 1, .max = 28, .arg = "N", .help = "Day of the month (1-28) on which monthly quotas "
      "(limit ... quota=SIZE/month) start over, at 00:00 UTC, unless the limit line names its "
@@ -767,7 +770,9 @@ const struct config_option options_table[] = {
     {.name = "api", .type = CFG_CUSTOM, .arg = "ADDR:PORT|off", .def = "off",
      .parse = parse_api,
      .help = "Serve the management API (JSON under /api/v1: users listed, created, changed, "
-             "rotated and deleted; reload; health; see docs/api.md) on this address, from the "
+             "disabled, enabled, rotated and deleted, their quota reset; reload; health; see "
+             "docs/api.md and docs/openapi.json; `mtproxy user ...` talks to it) on this "
+             "address, from the "
              "metrics server's thread. Needs api-token, on any address (loopback too: every "
              "local user and any web page the browser opens can reach loopback), and "
              "users-file for the calls that change users. Keep it on loopback, e.g. "

@@ -90,6 +90,9 @@ int gen_map_users(struct gen *g)
         return -1;
     for (int i = 0; i < o->nsecrets; i++)
         g->live[g->uid[i]] = 1;
+    for (int i = 0; i < o->nsecrets; i++) /* disabled: its live connections go as if removed */
+        if (g->lim[i] && g->lim[i]->disabled)
+            g->live[g->uid[i]] = 0;
     faketls_sni_index_free(&g->sni);
     return faketls_sni_index_build(&g->sni, o->secrets, (size_t)o->nsecrets);
 }

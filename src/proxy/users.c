@@ -13,7 +13,8 @@
 #include "core/log.h"
 
 static const char *const refusal_names[UR_COUNT] = {
-    [UR_CONNS] = "conns", [UR_IPS] = "ips", [UR_QUOTA] = "quota", [UR_EXPIRED] = "expired"};
+    [UR_CONNS] = "conns", [UR_IPS] = "ips", [UR_QUOTA] = "quota", [UR_EXPIRED] = "expired",
+    [UR_DISABLED] = "disabled"};
 
 const char *users_refusal_name(enum user_refusal r)
 {
@@ -185,8 +186,8 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
     if (!name_ok(p, (size_t)(q - p))) {
         snprintf(err, errlen, "limit must be 'NAME [conns=N] [ips=N] "
                               "[quota=SIZE[/day|/week|/month]] [quota-day=DAY] "
-                              "[expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s]' with NAME a "
-                              "secret's name");
+                              "[expires=YYYY-MM-DD[THH:MM:SSZ]] [rate=SIZE/s] [disabled]' "
+                              "with NAME a secret's name");
         return -1;
     }
     memcpy(out->name, p, (size_t)(q - p));
@@ -203,6 +204,16 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
         while (*q && *q != ' ' && *q != '\t')
             q++;
         const char *eq = memchr(p, '=', (size_t)(q - p));
+        if (q - p == 8 && !memcmp(p, "disabled", 8)) {
+            if (out->disabled) {
+                snprintf(err, errlen, "limit %s: disabled given twice", out->name);
+                return -1;
+            }
+            out->disabled = 1;
+            nfields++;
+            p = q;
+            continue;
+        }
         char val[64];
         size_t klen = eq ? (size_t)(eq - p) : 0;
         size_t vlen = eq ? (size_t)(q - eq - 1) : 0;
@@ -221,7 +232,7 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
                 k = i;
         if (k < 0) {
             snprintf(err, errlen, "limit %s: unknown field '%.*s' (conns, ips, quota, "
-                                  "quota-day, expires, rate)", out->name,
+                                  "quota-day, expires, rate, disabled)", out->name,
                      (int)(klen > 20 ? 20 : klen), p);
             return -1;
         }
@@ -295,7 +306,8 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
         p = q;
     }
     if (!nfields) {
-        snprintf(err, errlen, "limit %s: no limit given (conns=, ips=, quota=, expires=, rate=)",
+        snprintf(err, errlen, "limit %s: no limit given (conns=, ips=, quota=, expires=, rate=, "
+                              "disabled)",
                  out->name);
         return -1;
     }
@@ -593,6 +605,8 @@ int users_admit(const struct users *u, uint32_t id, const struct user_limit *lim
                 const struct sock_addr *addr, double now, double ips_window)
 {
     struct user_shared *s = users_shared(u, id);
+    if (lim && lim->disabled)
+        return UR_DISABLED;
     if (lim && lim->expires && now >= (double)lim->expires)
         return UR_EXPIRED;
     if (lim && lim->quota && shared64_load(&s->used) >= lim->quota)
@@ -677,6 +691,18 @@ int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64
                  (unsigned long long)used, (long long)next);
     }
     return reset;
+}
+
+uint64_t users_quota_reset(struct users *u, uint32_t id)
+{
+    struct user_shared *s = users_shared(u, id);
+    uint64_t used = shared64_load(&s->used);
+    shared64_store(&s->used, 0);
+    atomic_fetch_add(&u->resets, 1);
+    /* FLEET HOOK: reset the fleet-wide counter of s->name here (limits-store). */
+    log_info("quota of user %s reset by the management API or CLI: %llu bytes were used",
+             users_name(u, id), (unsigned long long)used);
+    return used;
 }
 
 /* --- state file ----------------------------------------------------------------------------- */

@@ -5,6 +5,8 @@ by a client at once, a hand edit of users-file plus SIGHUP."""
 import http.client
 import json
 import os
+import pathlib
+import re
 import signal
 import threading
 
@@ -12,6 +14,7 @@ from harness import DC_IDS, T, free_ports, new_secret, wait_until
 from test_users import reloaded, run_mtproxy, session
 
 TOKEN = "test-token-0123456789abcdef"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 
 
 def call(port, method, path, body=None, token=TOKEN, raw=None, timeout=None):
@@ -322,3 +325,194 @@ def test_created_user_served_to_telethon_at_once(procs, tmp_path):
     except Exception as e:  # refused: held, then closed
         res = e
     assert not isinstance(res, tgprobe.ResPQ), res
+
+
+def live_session(proxy, secret):
+    """A served session that streams (the DC sends without end) until the proxy ends it."""
+    import rawclient
+    s, _ = rawclient.start_session(proxy.addr, secret, tag="ef", dc=2, up=0, down=1 << 40)
+    s.settimeout(T(5))
+    assert len(rawclient.recv_upto(s, 64)) >= 64
+    return s
+
+
+def closed_soon(sock, timeout):
+    """True if the proxy ends the live connection sock (EOF or reset) within timeout."""
+    import socket
+    import time
+    end = time.monotonic() + timeout
+    sock.settimeout(0.2)
+    while time.monotonic() < end:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def test_disable_enable(procs, tmp_path):
+    """disable: new connections refused (reason "disabled"), a live one closed as for a
+    removal (removed-user = close), kept in users-file across a restart; enable serves again."""
+    api = Api(procs, tmp_path)
+    u = api("POST", "/users", {"name": "dis", "limits": {"conns": 5}})[1]
+    assert u["state"] == "active", u
+    live = live_session(api.proxy, u["secret"])
+    st, d = api("POST", "/users/dis/disable")
+    assert st == 200 and d["state"] == "disabled", d
+    assert d["limit_line"] == "dis conns=5 disabled" and d["limits"]["conns"] == 5, d
+    assert "limit = dis conns=5 disabled" in api.file_text()
+    assert refused(api.proxy, u["secret"])
+    assert wait_until(lambda: "refused: disabled" in api.proxy.stderr_tail(200), T(5))
+    assert closed_soon(live, T(5))
+    live.close()
+    # a change of limits keeps it disabled
+    st, p = api("PATCH", "/users/dis", {"limits": {"conns": 2}})
+    assert st == 200 and p["state"] == "disabled" and p["limit_line"] == "dis conns=2 disabled", p
+    st, e = api("POST", "/users/dis/enable")
+    assert st == 200 and e["state"] == "active" and e["limit_line"] == "dis conns=2", e
+    assert served(api.proxy, u["secret"])
+    # persisted: disabled across a restart (and a user with no other limit gets a line of
+    # its own, which enable removes again)
+    assert api("PATCH", "/users/dis", {"limits": {"conns": None}})[0] == 200
+    assert api("POST", "/users/dis/disable")[1]["limit_line"] == "dis disabled"
+    api.proxy.stop()
+    api.start()
+    st, again = api("GET", "/users/dis")
+    assert st == 200 and again["state"] == "disabled", again
+    assert refused(api.proxy, u["secret"])
+    assert api("POST", "/users/dis/enable")[1]["limit_line"] is None
+    assert "limit = dis" not in api.file_text()
+    assert served(api.proxy, u["secret"])
+    # errors
+    assert api("POST", "/users/nobody/disable")[0] == 404
+    assert api("GET", "/users/dis/disable")[0] == 405
+    assert api("POST", "/users/admin/disable")[0] == 409  # a user of the config file
+
+
+def test_disable_with_removed_user_drain(procs, tmp_path):
+    """removed-user = drain: a disabled user's live connection goes on until drain-timeout,
+    then is closed; enabled again within the drain, it stays."""
+    drain = max(3, int(T(3)))
+    api = Api(procs, tmp_path, extra=f"removed-user = drain\ndrain-timeout = {drain}s\n")
+    u = api("POST", "/users", {"name": "dr"})[1]
+    live = live_session(api.proxy, u["secret"])
+    assert api("POST", "/users/dr/disable")[0] == 200
+    assert refused(api.proxy, u["secret"])  # new ones refused at once
+    assert not closed_soon(live, 1)  # the live one drains
+    assert closed_soon(live, drain + T(5))
+    live.close()
+    # enabled again before the drain ends: the live connection stays
+    assert api("POST", "/users/dr/enable")[0] == 200
+    live = live_session(api.proxy, u["secret"])
+    assert api("POST", "/users/dr/disable")[0] == 200
+    assert api("POST", "/users/dr/enable")[0] == 200
+    assert not closed_soon(live, drain + 2)
+    live.close()
+
+
+def test_disabled_by_hand_edit_and_check_config(bins, tmp_path):
+    sec = new_secret()
+    uf = tmp_path / "users.conf"
+    uf.write_text(f"secret = hand:{sec}\nlimit = hand quota=1G disabled\n")
+    rc, out = run_mtproxy(bins, ["--check-config", "--users-file", str(uf)])
+    assert rc == 0, out
+    uf.write_text(f"secret = hand:{sec}\nlimit = hand disabled disabled\n")
+    rc, out = run_mtproxy(bins, ["--check-config", "--users-file", str(uf)])
+    assert rc != 0 and "disabled given twice" in out, out
+
+
+def test_reset_quota(procs, tmp_path):
+    """A user refused for its quota is served again at once after reset-quota; the state
+    file's value is zeroed too (a restart does not bring the usage back)."""
+    api = Api(procs, tmp_path)
+    u = api("POST", "/users", {"name": "qq", "limits": {"quota": "300k"}})[1]
+    res = procs.client(api.proxy, u["secret"], "ef", 2, 1000, 400000)
+    assert not res["ok"], res
+    assert refused(api.proxy, u["secret"])
+    st, before = api("GET", "/users/qq")
+    assert before["state"] == "quota" and before["usage"]["quota_used"] >= 300 << 10, before
+    state = api.proxy.argv[api.proxy.argv.index("--state-file") + 1]
+    def state_text():
+        return open(state).read() if os.path.exists(state) else ""
+    assert wait_until(lambda: "quota-used = qq " in state_text(), T(10))
+    st, r = api("POST", "/users/qq/reset-quota")
+    assert st == 200 and r["state"] == "active" and r["usage"]["quota_used"] == 0, r
+    assert served(api.proxy, u["secret"])
+    # the next state save drops the line (the usage left is below 300k)
+    def saved_small():
+        m = re.search(r"quota-used = qq (\d+)", state_text())
+        return not m or int(m.group(1)) < 300 << 10
+    assert wait_until(saved_small, T(10)), state_text()
+    api.proxy.stop()
+    api.start()
+    assert served(api.proxy, u["secret"])
+    assert api("POST", "/users/nobody/reset-quota")[0] == 404
+    assert api("GET", "/users/qq/reset-quota")[0] == 405
+    # a user of the config file may be reset too (nothing is written to the config)
+    assert api("POST", "/users/admin/reset-quota")[0] == 200
+
+
+def openapi_ops():
+    """{(path template, METHOD)} of docs/openapi.json."""
+    doc = json.loads((DOCS / "openapi.json").read_text())
+    assert doc["openapi"].startswith("3."), doc.get("openapi")
+    ops = set()
+    for path, item in doc["paths"].items():
+        for m in item:
+            if m in ("get", "post", "patch", "delete", "put", "head"):
+                ops.add((path, m.upper()))
+    return doc, ops
+
+
+def template_of(path, templates):
+    """The documented template a concrete /api/v1 path matches, or None."""
+    for t in templates:
+        rx = "^" + re.sub(r"\\\{[a-z_]+\\\}", "[^/]+", re.escape(t)) + "$"
+        if re.match(rx, path):
+            return t
+    return None
+
+
+def test_openapi_lists_exactly_what_is_served(procs, tmp_path):
+    doc, ops = openapi_ops()
+    servers = [s["url"] for s in doc.get("servers", [])]
+    base = "/api/v1"
+    assert any(s.endswith(base) for s in servers), servers
+    api = Api(procs, tmp_path)
+    templates = {p for p, _ in ops}
+    for path, method in sorted(ops):
+        concrete = path.replace("{name}", "nosuchuser")
+        st, body = api(method, concrete, {} if method in ("POST", "PATCH") else None)
+        assert st != 405, (path, method, body)
+        # a route that exists answers; an unknown user is "no user", never "not found"
+        assert not (st == 404 and body["error"].startswith("not found")), (path, method, body)
+    # what is not documented is not served
+    for method, path in (("GET", "/users/x/frobnicate"), ("GET", "/nothing"),
+                         ("POST", "/users/x/rotate/now"), ("GET", "/users/x/y")):
+        st, body = api(method, path)
+        assert st == 404 and body["error"].startswith("not found"), (method, path, body)
+    for path in templates:
+        documented = {m for p, m in ops if p == path}
+        for method in {"GET", "POST", "PATCH", "DELETE", "PUT"} - documented - {"HEAD"}:
+            concrete = path.replace("{name}", "nosuchuser")
+            st, _ = api(method, concrete, {} if method != "GET" else None)
+            assert st == 405, (path, method, st)
+    # every call these tests make is documented (but the deliberately wrong ones)
+    wrong = {("GET", "/nothing"), ("GET", "/users/x/frobnicate"), ("GET", "/users/x/y"),
+             ("POST", "/users/x/rotate/now"), ("PUT", "/users/bob"),
+             ("GET", "/users/dis/disable"), ("GET", "/users/qq/reset-quota")}  # 405 on purpose
+    src = pathlib.Path(__file__).read_text()
+    calls = set(re.findall(r'api\("([A-Z]+)", f?"(/[^"?]*)"', src))
+    assert len(calls) >= 15, calls
+    for method, path in calls - wrong:
+        t = template_of(re.sub(r"\{[^}]*\}", "x", path), templates)
+        assert (t, method) in ops, (method, path)
+    # every documented error answer has the error schema
+    for path, item in doc["paths"].items():
+        for m, op in item.items():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            assert "401" in op["responses"], (path, m)

@@ -386,6 +386,46 @@ static void test_quota_roll_and_state(void **state)
     users_destroy(&u);
 }
 
+/* `disabled` in a limit line: parsed (a bare word, once), refused first at admission;
+ * users_quota_reset: served again at once, and the state file must be rewritten. */
+static void test_disabled_and_quota_reset(void **state)
+{
+    (void)state;
+    struct user_limit l;
+    char err[256];
+    assert_int_equal(users_limit_parse("a disabled", &l, err, sizeof err), 0);
+    assert_int_equal(l.disabled, 1);
+    assert_int_equal(users_limit_parse("a conns=2 disabled quota=1k", &l, err, sizeof err), 0);
+    assert_true(l.disabled && l.conns == 2 && l.quota == 1024);
+    assert_int_equal(users_limit_parse("a conns=2", &l, err, sizeof err), 0);
+    assert_int_equal(l.disabled, 0);
+    assert_int_equal(users_limit_parse("a disabled disabled", &l, err, sizeof err), -1);
+    assert_non_null(strstr(err, "twice"));
+    assert_int_equal(users_limit_parse("a disabled=yes", &l, err, sizeof err), -1);
+    assert_int_equal(users_limit_parse("a disable", &l, err, sizeof err), -1);
+    assert_string_equal(users_refusal_name(UR_DISABLED), "disabled");
+
+    struct users u;
+    assert_int_equal(users_init(&u, 1), 0);
+    uint32_t id = (uint32_t)users_intern(&u, "a");
+    struct sock_addr a = addr4("127.0.0.1");
+    l = (struct user_limit){.quota = 1000, .disabled = 1};
+    assert_int_equal(users_admit(&u, id, &l, &a, 100, 60), UR_DISABLED);
+    l.disabled = 0;
+    assert_int_equal(users_charge(&u, id, l.quota, 1000), 1);
+    assert_int_equal(users_admit(&u, id, &l, &a, 100, 60), UR_QUOTA);
+    uint32_t resets = u.resets;
+    assert_int_equal(users_quota_reset(&u, id), 1000);
+    assert_int_equal(u.resets, resets + 1);
+    assert_int_equal(users_admit(&u, id, &l, &a, 100, 60), -1);
+    users_release(&u, id, &a, 100);
+    char *buf = NULL;
+    size_t cap = 0;
+    assert_int_equal(users_state_format(&u, &buf, &cap), 0); /* no line left */
+    free(buf);
+    users_destroy(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -393,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_limit_parse),   cmocka_unit_test(test_admit),
         cmocka_unit_test(test_rate),          cmocka_unit_test(test_quota_period),
         cmocka_unit_test(test_limit_parse_period), cmocka_unit_test(test_quota_roll_and_state),
+        cmocka_unit_test(test_disabled_and_quota_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
