@@ -234,10 +234,28 @@ static void user_json(struct sbuf *o, const struct gen *g, int i, const struct u
     else
         sbuf_printf(o, "null");
     sbuf_printf(o, ",\"usage\":{\"bytes_up\":%llu,\"bytes_down\":%llu,\"active\":%llu,"
-                   "\"connections\":%llu,\"quota_used\":%llu}",
+                   "\"connections\":%llu,\"quota_used\":%llu",
                 (unsigned long long)t.bytes_up, (unsigned long long)t.bytes_down,
                 (unsigned long long)t.active, (unsigned long long)t.conns,
                 (unsigned long long)t.quota_used);
+    /* what is left of the quota, and for a periodic one its period and next start (unix s) */
+    if (l && l->quota) /* 0 when used up: a number, not null */
+        sbuf_printf(o, ",\"quota_left\":%llu",
+                    (unsigned long long)(l->quota > t.quota_used ? l->quota - t.quota_used : 0));
+    else
+        sbuf_printf(o, ",\"quota_left\":null");
+    const char *period = l && l->quota && l->quota_period ? users_period_name(l->quota_period)
+                                                          : NULL;
+    int64_t next = 0;
+    if (period)
+        users_period_start(l->quota_period, l->quota_day, (int64_t)time(NULL), &next);
+    sbuf_printf(o, ",\"quota_period\":");
+    if (period)
+        api_json_str(o, period);
+    else
+        sbuf_printf(o, "null");
+    num_or_null(o, "quota_reset", (unsigned long long)next, 1);
+    sbuf_printf(o, "}");
     char host[256], tg[1024], https[1024];
     int port = options_link_host(opt, host, sizeof host);
     port = prefix_link_host(opt, i, host, sizeof host, port);

@@ -9,6 +9,7 @@ import pathlib
 import re
 import signal
 import threading
+import time
 
 from harness import DC_IDS, T, free_ports, new_secret, wait_until
 from test_users import reloaded, run_mtproxy, session
@@ -434,12 +435,15 @@ def test_reset_quota(procs, tmp_path):
     assert refused(api.proxy, u["secret"])
     st, before = api("GET", "/users/qq")
     assert before["state"] == "quota" and before["usage"]["quota_used"] >= 300 << 10, before
+    us = before["usage"]
+    assert us["quota_left"] == 0 and us["quota_period"] is None and us["quota_reset"] is None, us
     state = api.proxy.argv[api.proxy.argv.index("--state-file") + 1]
     def state_text():
         return open(state).read() if os.path.exists(state) else ""
     assert wait_until(lambda: "quota-used = qq " in state_text(), T(10))
     st, r = api("POST", "/users/qq/reset-quota")
     assert st == 200 and r["state"] == "active" and r["usage"]["quota_used"] == 0, r
+    assert r["usage"]["quota_left"] == 300 << 10, r
     assert served(api.proxy, u["secret"])
     # the next state save drops the line (the usage left is below 300k)
     def saved_small():
@@ -453,6 +457,18 @@ def test_reset_quota(procs, tmp_path):
     assert api("GET", "/users/qq/reset-quota")[0] == 405
     # a user of the config file may be reset too (nothing is written to the config)
     assert api("POST", "/users/admin/reset-quota")[0] == 200
+    # a periodic quota: what is left, its period and its next start (00:00 UTC, ahead)
+    st, p = api("POST", "/users", {"name": "pp", "limits": {"quota": "1M/week"}})
+    assert st == 201, p
+    res = procs.client(api.proxy, p["secret"], "ef", 2, 1000, 100000)
+    assert res["ok"], res
+    st, p = api("GET", "/users/pp")
+    us = p["usage"]
+    assert us["quota_used"] >= 100000 and us["quota_left"] == (1 << 20) - us["quota_used"], us
+    now = time.time()
+    assert us["quota_period"] == "week" and now < us["quota_reset"] <= now + 7 * 86400, us
+    assert us["quota_reset"] % 86400 == 0, us
+    assert api("GET", "/users/admin")[1]["usage"]["quota_left"] is None
 
 
 def openapi_ops():
