@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${MTPROXY_FUZZ_BUILD:-$root/build-fuzz}
 rss=${MTPROXY_FUZZ_RSS_MB:-2048}
-all="obfs2 secret faketls faketls_deframe tlsprofile config args sock_addr cidr proxyproto rpc frame meconf http limit ja4 socks5 rstore"
+all="obfs2 secret faketls faketls_deframe tlsprofile config args sock_addr cidr proxyproto rpc frame meconf http limit ja4 socks5 rstore lstore"
 targets=${MTPROXY_FUZZ_ONLY:-$all}
 
 cc=${CC:-clang}
