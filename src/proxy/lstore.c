@@ -223,7 +223,9 @@ struct lstore {
     char (*resets)[SECRET_NAME_MAX];
     uint32_t nresets;
     /* the flush in flight */
-    int inflight, final, ticks_waiting, failed_replies, down_logged;
+    int inflight, ticks_waiting, failed_replies, down_logged;
+    int final;                /* stopping: the flush being built or in flight is the last */
+    int stopping;             /* stop asked; the last flush not sent yet */
     int resync;               /* a failure since the last full flush: the next one is full */
     int full_inflight;
     unsigned long long tickno;
@@ -231,8 +233,12 @@ struct lstore {
     size_t nplan, capplan, answered;
     char **others;            /* other instances (their ids), read this flush */
     size_t nothers;
+    char *gone_names[MAX_INSTANCES]; /* to SREM in the next flush */
+    size_t ngone;
     char **members;           /* SMEMBERS answer: the next flush's others */
     size_t nmembers;
+    uint8_t *gone;            /* per others: its live hash was empty (expired: crashed, or
+                               * nothing live): taken out of the set by the next flush */
     double sent_at;
     /* what lstore_read shows */
     _Atomic int state;
@@ -268,6 +274,8 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(((const struct name_uid *)a)->name, ((const struct name_uid *)b)->name);
 }
 
+static void fold_others(struct lstore *ls, uint32_t uid, uint32_t conns, uint32_t ips);
+
 /* The fleet users of generation g: those with a conns, ips or quota limit. */
 static void adopt_gen(struct lstore *ls, struct gen *g)
 {
@@ -286,6 +294,7 @@ static void adopt_gen(struct lstore *ls, struct gen *g)
     for (uint32_t i = 0; i < ls->nlu; i++)
         ls->lu[i].lim = NULL;
     free(ls->index);
+    ls->index = NULL;
     ls->index = calloc(g->opt.nsecrets ? (size_t)g->opt.nsecrets : 1, sizeof *ls->index);
     ls->nindex = 0;
     for (int i = 0; i < g->opt.nsecrets; i++) {
@@ -304,6 +313,10 @@ static void adopt_gen(struct lstore *ls, struct gen *g)
     }
     if (ls->index)
         qsort(ls->index, ls->nindex, sizeof *ls->index, cmp_name);
+    for (uint32_t i = 0; i < ls->nlu; i++) /* no fleet limit now: its own counts only */
+        if (!ls->lu[i].lim && (ls->lu[i].conns_applied ||
+                               atomic_load(&users_shared(ls->users, i)->fleet_ips)))
+            fold_others(ls, i, 0, 0);
     if (ls->gen)
         gen_unref(ls->gen);
     ls->gen = g;
@@ -367,6 +380,8 @@ static void set_state(struct lstore *ls, int up, const char *why)
                 fold_others(ls, i, 0, 0);
 }
 
+static void flush_last(struct lstore *ls);
+
 /* The flush in flight is over: its answers applied if all came, else counted as failed. */
 static void flush_done(struct lstore *ls)
 {
@@ -407,6 +422,11 @@ static void flush_done(struct lstore *ls)
         l->conns_other = l->ips_other = 0;
     }
     if (ok) {
+        /* the instances seen empty go out of the set (an empty live hash is a crashed
+         * instance's or one with nothing live: the latter adds itself back at its flush) */
+        for (size_t j = 0; j < ls->nothers && ls->gone; j++)
+            if (ls->gone[j] && ls->ngone < MAX_INSTANCES)
+                ls->gone_names[ls->ngone++] = ls->others[j], ls->others[j] = NULL;
         free_strs(ls->others, ls->nothers);
         ls->others = ls->members;
         ls->nothers = ls->nmembers;
@@ -431,18 +451,21 @@ static void flush_done(struct lstore *ls)
     ls->failed_replies = 0;
     if (ls->final)
         ev_break(ls->loop, EVBREAK_ALL);
+    else if (ls->stopping)
+        flush_last(ls);
 }
 
 #ifdef MTPROXY_HAVE_HIREDIS
-static void on_live(struct lstore *ls, const redisReply *r, int self_others_idx)
+static void on_live(struct lstore *ls, const redisReply *r, uint32_t idx)
 {
-    (void)self_others_idx;
     struct lstore_kv *kv;
     long n = reply_pairs(r, &kv);
     if (n < 0) {
         ls->failed_replies++;
         return;
     }
+    if (n == 0 && ls->gone && idx < ls->nothers)
+        ls->gone[idx] = 1;
     if (n > 0)
         atomic_fetch_add(&ls->ninstances, 1);
     for (long i = 0; i < n; i++) {
@@ -499,7 +522,7 @@ static void on_reply(void *reply, void *priv)
     } else if (p->kind == K_MEMBERS) {
         on_members(ls, r);
     } else if (p->kind == K_LIVE) {
-        on_live(ls, r, (int)p->idx);
+        on_live(ls, r, p->idx);
     } else if (p->kind == K_EPOCH) {
         if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
             ls->lu[p->idx].new_epoch = (uint64_t)r->integer;
@@ -710,6 +733,24 @@ static int flush_send(struct lstore *ls)
                send4(ls, K_MEMBERS, 0, "SMEMBERS", "mtproxy:l:instances", NULL, NULL)) {
         goto out;
     }
+    if (ls->ngone) {
+        const char *sv[2 + MAX_INSTANCES];
+        size_t sl[2 + MAX_INSTANCES];
+        sv[0] = "SREM";
+        sv[1] = "mtproxy:l:instances";
+        for (size_t j = 0; j < ls->ngone; j++)
+            sv[2 + j] = ls->gone_names[j];
+        for (size_t j = 0; j < 2 + ls->ngone; j++)
+            sl[j] = strlen(sv[j]);
+        int bad_srem = send_cmd(ls, K_PLAIN, 0, (int)(2 + ls->ngone), sv, sl);
+        for (size_t j = 0; j < ls->ngone; j++)
+            free(ls->gone_names[j]);
+        ls->ngone = 0;
+        if (bad_srem)
+            goto out;
+    }
+    free(ls->gone);
+    ls->gone = calloc(ls->nothers ? ls->nothers : 1, 1);
     atomic_store(&ls->ninstances, 0);
     for (size_t j = 0; j < ls->nothers; j++) {
         char key[128];
@@ -778,6 +819,15 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
+/* The last flush (this instance's live counts removed, every share written), once no other
+ * is in flight; the loop ends when it is answered or at the deadline. */
+static void flush_last(struct lstore *ls)
+{
+    ls->final = 1;
+    if (!ls->rs.ac || !ls->rs.ready || flush_send(ls))
+        ev_break(ls->loop, EVBREAK_ALL);
+}
+
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
     (void)revents;
@@ -785,15 +835,13 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     struct gen *g = atomic_exchange(&ls->next_gen, NULL);
     if (g)
         adopt_gen(ls, g);
-    if (atomic_load(&ls->stop) && !ls->final) {
-        ls->final = 1;
+    if (atomic_load(&ls->stop) && !ls->stopping) {
+        ls->stopping = 1;
         ev_timer_stop(loop, &ls->tick);
         ev_timer_set(&ls->deadline, 1.0, 0);
         ev_timer_start(loop, &ls->deadline);
-        if (ls->inflight) /* its answer first; the last flush is not waited for then */
-            return;
-        if (!ls->rs.ac || !ls->rs.ready || flush_send(ls))
-            ev_break(loop, EVBREAK_ALL);
+        if (!ls->inflight) /* else after its answer (flush_done) */
+            flush_last(ls);
     }
 }
 
@@ -913,6 +961,9 @@ void lstore_stop(struct lstore *ls)
     ev_loop_destroy(ls->loop);
     free_strs(ls->others, ls->nothers);
     free_strs(ls->members, ls->nmembers);
+    for (size_t j = 0; j < ls->ngone; j++)
+        free(ls->gone_names[j]);
+    free(ls->gone);
     pthread_mutex_destroy(&ls->mu);
     free(ls->resets);
     free(ls->plan);
