@@ -767,13 +767,16 @@ out:
         ls->inflight = 1;
         ls->full_inflight = full;
     } else if (ls->nplan) {
-        /* partly queued: the connection is dropped so the queued part fails as a whole */
+        /* partly queued: the connection is dropped so the queued part fails as a whole
+         * (flush_done counts it, from the callbacks the drop calls) */
         ls->failed_replies++;
         ls->inflight = 1;
         rstore_reconnect(&ls->rs);
+        rc = 0;
     } else {
-        for (uint32_t i = 0; i < nlu; i++) /* nothing sent: the bytes stay in mine */
-            ls->lu[i].in_quota = ls->lu[i].resetting = 0;
+        /* nothing sent: the bytes stay in mine; a reset stays asked for */
+        for (uint32_t i = 0; i < nlu; i++)
+            ls->lu[i].in_quota = 0;
         rc = -1;
     }
     return rc;

@@ -536,6 +536,11 @@ static void emit_lstore(const struct metrics_shared *ms, const struct gen *g,
     family(e, "limits_store_cpu_seconds_total", "counter", "limits-store: CPU time of the "
            "flusher thread.");
     dbl(e, "limits_store_cpu_seconds_total", NULL, NULL, v.cpu_seconds);
+    family(e, "limits_store_flush_seconds", "gauge", "limits-store: the last answered flush's "
+           "round trip.");
+    char rtt[32]; /* to the microsecond: a loopback flush takes well under a millisecond */
+    snprintf(rtt, sizeof rtt, "%.6f", v.last_flush_seconds);
+    sample(e, "limits_store_flush_seconds", NULL, NULL, NULL, NULL, rtt);
     family(e, "user_fleet_connections", "gauge", "limits-store: live connections of each user "
            "with a conns or ips limit on the other instances, as of the last flush.");
     for (int i = 0; i < g->opt.nsecrets; i++)

@@ -105,6 +105,26 @@ def test_conns_and_quota_across_the_fleet(procs):
     assert all(s["quota_used"] == total for s in st), (total, st)
     s4.close()
 
+    # A stopped instance (SIGTERM) takes its live counts out in its last flush: the others
+    # admit again within a flush or two, well before its entries would expire (2 s).
+    g5, s5 = session(addr(f.port1), a, keep=True)
+    g6, s6 = session(addr(f.port2), a, keep=True)
+    assert len(g5) >= 64 and len(g6) >= 64
+    settle(f)
+    assert session(addr(f.port2), a)[0] == b""
+    f.p[0].stop(signal.SIGTERM)
+    t0 = time.monotonic()
+    s7 = None
+    while s7 is None and time.monotonic() - t0 < T(5):
+        g7, s7 = session(addr(f.port2), a, keep=True)
+        if len(g7) < 64:
+            s7.close()
+            s7 = None
+    assert s7 is not None, "the stopped instance's connection still counts"
+    assert time.monotonic() - t0 < T(1.5), time.monotonic() - t0
+    for sk in (s5, s6, s7):
+        sk.close()
+
 
 def test_store_down_and_back_and_kill(procs):
     f = Fleet(procs, stores=("limits-store",), users=[("a", new_secret()), ("q", new_secret())],
