@@ -200,7 +200,8 @@ struct name_uid {
 
 struct lstore {
     struct users *users;
-    struct rstore_config cfg; /* as at start (a change needs a restart) */
+    struct rstore_config cfg; /* as at start (a change needs a restart), resolved */
+    struct rstore_config cfg_given; /* as configured (a reload's is compared with it) */
     int fail_closed;
     double interval;
     char inst[96];            /* this instance's id */
@@ -504,14 +505,9 @@ static void on_members(struct lstore *ls, const redisReply *r)
     }
 }
 
-static void on_reply(void *reply, void *priv)
+/* Reply r to command p of the flush in flight. */
+static void take_reply(struct lstore *ls, const struct plan *p, const redisReply *r)
 {
-    struct lstore *ls = priv;
-    const redisReply *r = reply;
-    size_t i = ls->answered++;
-    if (i >= ls->nplan) /* cannot happen: one flush at a time */
-        return;
-    const struct plan *p = &ls->plan[i];
     if (!r || r->type == REDIS_REPLY_ERROR) {
         if (r && !ls->down_logged) {
             char text[200];
@@ -540,15 +536,25 @@ static void on_reply(void *reply, void *priv)
         }
         free(kv);
     }
+}
+#else
+static void take_reply(struct lstore *ls, const struct plan *p, const void *r)
+{
+    (void)p, (void)r;
+    ls->failed_replies++;
+}
+#endif
+
+static void on_reply(void *reply, void *priv)
+{
+    struct lstore *ls = priv;
+    size_t i = ls->answered++;
+    if (i >= ls->nplan) /* cannot happen: one flush at a time */
+        return;
+    take_reply(ls, &ls->plan[i], reply);
     if (ls->answered == ls->nplan)
         flush_done(ls);
 }
-#else
-static void on_reply(void *reply, void *priv)
-{
-    (void)reply, (void)priv;
-}
-#endif
 
 /* Queues one command of the flush. Returns 0, or -1 (not sent: the flush fails). */
 static int send_cmd(struct lstore *ls, uint8_t kind, uint32_t idx, int argc, const char **argv,
@@ -871,6 +877,7 @@ struct lstore *lstore_start(struct users *u, struct gen *g, char *err, size_t er
     }
     ls->users = u;
     ls->cfg = o->lstore;
+    ls->cfg_given = o->lstore;
     ls->fail_closed = o->lstore_fail_closed;
     ls->interval = o->lstore_interval_ms / 1000.0;
     if (rstore_resolve(&ls->cfg, err, errlen)) {
@@ -924,6 +931,12 @@ void lstore_post_gen(struct lstore *ls, struct gen *g)
 {
     if (!ls)
         return;
+    const struct options *o = &g->opt;
+    if (memcmp(&o->lstore, &ls->cfg_given, sizeof ls->cfg_given) ||
+        o->lstore_fail_closed != ls->fail_closed ||
+        o->lstore_interval_ms != (unsigned)(ls->interval * 1000 + 0.5))
+        log_warn("SIGHUP: limits-store, limits-store-fail or limits-store-interval changed: "
+                 "it takes effect only after a restart (the running store stays)");
     gen_ref(g);
     struct gen *old = atomic_exchange(&ls->next_gen, g);
     if (old)

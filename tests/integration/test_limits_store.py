@@ -1,6 +1,7 @@
 """test_limits_store.py: per-user limits shared by two mtproxy instances behind HAProxy through a
 real Redis (limits-store): conns and quota across both, Redis stopped and started, an instance
 killed -9."""
+import os
 import shutil
 import signal
 import subprocess
@@ -82,6 +83,11 @@ def test_conns_and_quota_across_the_fleet(procs):
     assert len(g3) >= 64, "a slot freed on instance 1 is not seen by instance 2"
     s2.close()
     s3.close()
+
+    # A reload hands the flusher the new generation (its limits are those checked from then on).
+    os.kill(f.p[1].pid, signal.SIGHUP)
+    assert wait_until(lambda: "SIGHUP: configuration" in f.p[1].stderr_tail(4000), T(5))
+    assert "takes effect only after a restart" not in f.p[1].stderr_tail(4000)
 
     # quota=4M: 3M through instance 1, then instance 2 cuts its own transfer at the fleet's 4M.
     # (The user keeps a connection open on instance 2, as a Telegram client does: its total is
