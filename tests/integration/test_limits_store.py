@@ -219,3 +219,16 @@ def test_fail_closed(procs):
     assert len(g2) >= 64
     s1.close()
     s2.close()
+
+    # Slow: Redis stops answering (SIGSTOP) with the connection up: two intervals without an
+    # answer count as down (closed: refused), four drop the connection; answering again, up.
+    os.kill(f.redis.p.pid, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: stats(f.p[0])["limits_store_up"] == 0, T(5))
+        assert session(addr(f.port1), a)[0] == b""
+    finally:
+        os.kill(f.redis.p.pid, signal.SIGCONT)
+    assert wait_until(lambda: stats(f.p[0])["limits_store_up"] == 1, T(15))
+    g3, s3 = session(addr(f.port1), a, keep=True)
+    assert len(g3) >= 64
+    s3.close()
