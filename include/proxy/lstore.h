@@ -55,6 +55,16 @@ uint64_t lstore_delta(uint64_t snap, uint64_t base);
  * since the flush was sent) cur is kept and *stale set (the next flush brings the total). */
 uint64_t lstore_adjust(uint64_t cur, uint64_t snap, uint64_t fleet, int *stale);
 
+/* The expiry of an instance's live hash for flushes every interval_ms: LSTORE_LIVE_TTL_INTERVALS
+ * intervals, at least LSTORE_LIVE_TTL_MIN_MS (a crashed instance stops counting then). */
+#define LSTORE_LIVE_TTL_INTERVALS 3
+#define LSTORE_LIVE_TTL_MIN_MS 2000
+long long lstore_live_ttl_ms(unsigned interval_ms);
+
+/* The expiry (ms from now) of a periodic quota's hash: a day past the period's end next
+ * (unix s); 0 for a lifetime quota (next = 0: no expiry). */
+long long lstore_quota_ttl_ms(int64_t next, int64_t now);
+
 /* Parses the bytes of replies (as the store's connection reads them, RSTORE_BIG limits) and
  * interprets each as a quota hash, a live hash and a member list, the way a flush does. Returns
  * the number of complete replies, or -1 once the bytes are not RESP. For the fuzz target. */

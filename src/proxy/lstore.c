@@ -87,6 +87,20 @@ uint64_t lstore_quota_total(const struct lstore_kv *kv, size_t n, uint64_t *epoc
     return sum;
 }
 
+long long lstore_live_ttl_ms(unsigned interval_ms)
+{
+    long long t = (long long)interval_ms * LSTORE_LIVE_TTL_INTERVALS;
+    return t < LSTORE_LIVE_TTL_MIN_MS ? LSTORE_LIVE_TTL_MIN_MS : t;
+}
+
+long long lstore_quota_ttl_ms(int64_t next, int64_t now)
+{
+    if (!next)
+        return 0;
+    long long s = (long long)(next - now) + 86400;
+    return (s < 1 ? 1 : s) * 1000;
+}
+
 uint64_t lstore_delta(uint64_t snap, uint64_t base)
 {
     return snap >= base ? snap - base : snap;
@@ -158,7 +172,6 @@ int lstore_parse_replies(const char *buf, size_t len)
 
 /* --- the flusher ------------------------------------------------------------------------------ */
 
-#define LIVE_TTL_INTERVALS 3  /* an instance's live counts outlive its last flush this long */
 #define SLOW_TICKS 2          /* a flush unanswered this many ticks: the store is down */
 #define RECONNECT_TICKS 4     /* ... and this many: the connection is dropped and made again */
 #define IDLE_REFRESH_TICKS 10 /* every quota user's fleet total is read at least this often */
@@ -675,7 +688,7 @@ static int flush_send(struct lstore *ls)
                 goto out;
         }
         if (next) {
-            snprintf(ttl, sizeof ttl, "%lld", (long long)((next - (int64_t)wall) + 86400) * 1000);
+            snprintf(ttl, sizeof ttl, "%lld", lstore_quota_ttl_ms(next, (int64_t)wall));
             if (send4(ls, K_PLAIN, i, "PEXPIRE", key, ttl, NULL))
                 goto out;
         }
@@ -723,8 +736,8 @@ static int flush_send(struct lstore *ls)
     for (int i = 0; i < ndel; i++)
         dlens[i] = strlen(del[i]);
     char ttl[24];
-    long long live_ms = (long long)(ls->interval * 1000 * LIVE_TTL_INTERVALS);
-    snprintf(ttl, sizeof ttl, "%lld", live_ms < 2000 ? 2000 : live_ms);
+    snprintf(ttl, sizeof ttl, "%lld",
+             lstore_live_ttl_ms((unsigned)(ls->interval * 1000 + 0.5)));
     int bad = (na > 2 && send_cmd(ls, K_PLAIN, 0, na, argv, lens)) ||
               (ndel > 2 && send_cmd(ls, K_PLAIN, 0, ndel, del, dlens));
     free(del);

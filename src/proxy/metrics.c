@@ -626,6 +626,10 @@ static void user_json(const struct gen *g, int i, const char *host, int port, in
     if (reset) /* a periodic quota only: its period and the next reset (unix s) */
         sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
                     (long long)reset);
+    if (g->users && g->users->fleet && g->uid) /* limits-store: the other instances' share */
+        sbuf_printf(out, ",\"fleet_connections\":%u,\"fleet_addresses\":%u",
+                    atomic_load(&users_shared(g->users, g->uid[i])->fleet_conns),
+                    atomic_load(&users_shared(g->users, g->uid[i])->fleet_ips));
     char tg[1024], https[1024], uhost[256];
     snprintf(uhost, sizeof uhost, "%s", host);
     int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);

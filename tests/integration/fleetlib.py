@@ -74,9 +74,10 @@ class Redis:
 class Fleet:
     """Redis, one fake DC, two proxies with the same secrets and store (`stores`: the config
     keys given the Redis URL), and HAProxy with three frontends: `port` balances over both,
-    `port1` and `port2` reach one each. `users` are more (name, secret) beside plain and tls."""
+    `port1` and `port2` reach one each. `users` are more (name, secret) beside plain and tls; `extra_each` one instance's own
+    arguments each."""
 
-    def __init__(self, procs, extra=(), stores=("replay-store",), users=()):
+    def __init__(self, procs, extra=(), stores=("replay-store",), users=(), extra_each=((), ())):
         self.procs = procs
         self.stores = stores
         self.extra_users = dict(users)
@@ -90,7 +91,8 @@ class Fleet:
             common += [f"--{key}", self.redis.url()]
         common += list(extra)
         self.p = [procs.proxy([("plain", self.plain), ("tls", self.tls)] + list(users), dcs,
-                              extra=common, name=f"mtproxy{i}") for i in (1, 2)]
+                              extra=common + list(extra_each[i - 1]), name=f"mtproxy{i}")
+                  for i in (1, 2)]
         self.port, self.port1, self.port2 = free_ports(3)
         cfg = os.path.join(procs.workdir, "haproxy.cfg")
         srv = "send-proxy-v2 check check-send-proxy inter 300ms fall 1 rise 2"

@@ -1,7 +1,9 @@
 """test_limits_store.py: per-user limits shared by two mtproxy instances behind HAProxy through a
 real Redis (limits-store): conns and quota across both, Redis stopped and started, an instance
 killed -9."""
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -10,8 +12,9 @@ import time
 import pytest
 
 from fleetlib import Fleet, check_built_with_redis
-from harness import T, assert_ok, new_secret, wait_until
+from harness import T, assert_ok, free_ports, new_secret, wait_until
 from proxyinfo import stats
+from test_metrics import http_get
 from test_users import session, user_stats
 
 INTERVAL = 0.25  # limits-store-interval of the test fleets (seconds)
@@ -60,9 +63,11 @@ def fleet_quota_total(f, user):
 
 
 def test_conns_and_quota_across_the_fleet(procs):
+    mport = free_ports(1)[0]
     f = Fleet(procs, stores=("limits-store",), users=[("a", new_secret()), ("q", new_secret())],
               extra=["--limits-store-interval", f"{int(INTERVAL * 1000)}ms",
-                     "--limit", "a conns=2", "--limit", f"q quota={QUOTA}"])
+                     "--limit", "a conns=2", "--limit", f"q quota={QUOTA}"],
+              extra_each=(["--metrics", f"127.0.0.1:{mport}"], []))
     a = f.extra_users["a"]
     q = f.extra_users["q"]
 
@@ -74,6 +79,13 @@ def test_conns_and_quota_across_the_fleet(procs):
     assert session(addr(f.port1), a)[0] == b"", "third connection served over conns=2"
     assert session(addr(f.port2), a)[0] == b"", "third connection served over conns=2"
     assert user_stats(f.p[0], "a")["fleet_conns"] == 1
+    # /metrics and /stats show the store and the other instance's share
+    body = http_get(mport, "/metrics")[2].decode()
+    assert "mtproxy_limits_store_up 1" in body, body[-3000:]
+    assert 'mtproxy_user_fleet_connections{user="a"} 1' in body
+    assert re.search(r"^mtproxy_limits_store_flushes_total [1-9]", body, re.M)
+    users = {u["name"]: u for u in json.loads(http_get(mport, "/stats")[2])["users"]}
+    assert users["a"]["fleet_connections"] == 1 and users["a"]["active"] == 1, users["a"]
     refused = sum(user_stats(p, "a")["refused_conns"] for p in f.p)
     assert refused == 2, refused
     # one closes: a new one is admitted (on the other instance) after a flush

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "proxy/rstore.h"
+#include "proxy/users.h"
 
 static void test_values(void **state)
 {
@@ -95,6 +96,25 @@ static void test_arithmetic(void **state)
     }
 }
 
+static void test_expiry(void **state)
+{
+    (void)state;
+    /* live counts: three intervals, never under 2 s */
+    assert_int_equal(lstore_live_ttl_ms(1000), 3000);
+    assert_int_equal(lstore_live_ttl_ms(250), 2000);
+    assert_int_equal(lstore_live_ttl_ms(100), 2000);
+    assert_int_equal(lstore_live_ttl_ms(60000), 180000);
+    /* a periodic quota's hash: a day past its period's end; a lifetime one: none */
+    assert_int_equal(lstore_quota_ttl_ms(0, 1000), 0);
+    assert_true(lstore_quota_ttl_ms(1000 + 3600, 1000) == (3600LL + 86400) * 1000);
+    /* a clock past the end (a late flush): still a day, never 0 or negative */
+    assert_true(lstore_quota_ttl_ms(1000, 1000 + 86400 * 2) == 1000);
+    /* with users_period_start: a monthly quota's hash outlives the month by a day */
+    int64_t next, now = 1798761600 + 5 * 86400; /* 2027-01-06 */
+    users_period_start(QP_MONTH, 1, now, &next);
+    assert_true(lstore_quota_ttl_ms(next, now) == (26LL * 86400 + 86400) * 1000);
+}
+
 static void test_hostile_replies(void **state)
 {
     (void)state;
@@ -120,6 +140,7 @@ int main(void)
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_quota_total),
         cmocka_unit_test(test_arithmetic),
+        cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_hostile_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
