@@ -123,6 +123,20 @@ def test_conns_and_quota_across_the_fleet(procs):
     assert all(s["quota_used"] == total for s in st), (total, st)
     s4.close()
 
+    # A reset made by one instance (lstore_reset_quota: HINCRBY of the hash's epoch, done here
+    # by hand as that instance would) is seen by every instance in its next flush: the shares
+    # of the old epoch stop counting and the user is served again everywhere.
+    key = redis_cli(f, "--scan", "--pattern", "mtproxy:l:q:q:*").split()[0]
+    assert redis_cli(f, "hincrby", key, "e", "1").strip() == "1"
+    settle(f)
+    assert all(user_stats(p, "q")["quota_used"] == 0 for p in f.p)
+    assert_ok(f.client(f.port2, "dd", 2, 1000, 1000, secret=q))
+    settle(f)
+    after = sum(s["bytes_up"] + s["bytes_down"] for s in (user_stats(p, "q") for p in f.p))
+    assert 2000 <= after - relayed < 2200
+    assert fleet_quota_total(f, "q") == after - relayed, redis_cli(f, "hgetall", key)
+    assert all(user_stats(p, "q")["quota_used"] == after - relayed for p in f.p)
+
     # A stopped instance (SIGTERM) takes its live counts out in its last flush: the others
     # admit again within a flush or two, well before its entries would expire (2 s).
     g5, s5 = session(addr(f.port1), a, keep=True)
