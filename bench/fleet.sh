@@ -43,21 +43,11 @@ LOAD=$BUILD/bench/bench_load
 for b in "$MTPROXY" "$LOAD"; do
     [ -x "$b" ] || { echo "fleet.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
 done
-REDIS=$(command -v redis-server || true)
-[ -n "$REDIS" ] || { echo "fleet.sh: redis-server not installed (Debian: redis-server)" >&2; exit 77; }
 mkdir -p "$OUT"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 bench_init fleet
-RPORT=$((PORT + 2))
-"$REDIS" --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
-    --daemonize no >"$WORK/redis.log" 2>&1 &
-REDIS_PID=$!
-trap 'kill $REDIS_PID 2>/dev/null || true; bench_cleanup' EXIT
-for _ in $(seq 100); do
-    ss -ltn | grep -q "127.0.0.1:$RPORT " && break
-    sleep 0.05
-done
+bench_start_redis
 
 K_DD=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 K_EE=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')

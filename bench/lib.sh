@@ -1,4 +1,4 @@
-# lib.sh: shared by bench/relay.sh and bench/memory.sh (sourced): work dir, free ports, proxy life.
+# lib.sh: shared by the bench scripts (sourced): work dir, free ports, proxy life, a Redis.
 # shellcheck shell=bash
 
 # bench_init NAME: makes WORK (removed at exit, with the proxy stopped) and picks PORT/DCPORT:
@@ -67,4 +67,23 @@ bench_stats_line() {
         sleep 0.02
     done
     grep "stats: $1" "$WORK/proxy.log" | tail -1 | sed "s/.*stats: $1//"
+}
+
+# bench_start_redis: a redis-server of our own on 127.0.0.1:RPORT (PORT + 2), no persistence,
+# in WORK; REDIS_PID is its pid, killed at exit. Exits 77 if redis-server is not installed.
+bench_start_redis() {
+    local exe
+    exe=$(command -v redis-server || true)
+    [ -n "$exe" ] || { echo "redis-server not installed (Debian: redis-server)" >&2; exit 77; }
+    RPORT=$((PORT + 2))
+    "$exe" --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
+        --daemonize no >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    trap 'kill $REDIS_PID 2>/dev/null || true; bench_cleanup' EXIT
+    for _ in $(seq 100); do
+        ss -ltn | grep -q "127.0.0.1:$RPORT " && return 0
+        sleep 0.05
+    done
+    echo "redis-server did not start" >&2
+    exit 1
 }

@@ -33,6 +33,7 @@
 #include "proxy/conn.h"
 #include "proxy/dc.h"
 #include "proxy/fronting.h"
+#include "proxy/lstore.h"
 #include "proxy/metrics.h"
 #include "proxy/middle.h"
 #include "proxy/options.h"
@@ -239,16 +240,22 @@ static void log_user_stats(const struct users *u)
             refused += t.refused[r];
         if (!t.conns && !refused && !t.quota_used)
             continue;
+        char fleet[64] = ""; /* limits-store: the other instances' live counts */
+        if (u->fleet)
+            snprintf(fleet, sizeof fleet, " fleet_conns %u fleet_ips %u",
+                     atomic_load(&users_shared(u, id)->fleet_conns),
+                     atomic_load(&users_shared(u, id)->fleet_ips));
         log_info("user %s: conns %llu active %llu bytes_up %llu bytes_down %llu "
-                 "quota_used %llu closed_limit %llu refused conns %llu ips %llu quota %llu "
-                 "expired %llu disabled %llu",
+                 "quota_used %llu closed_limit %llu%s refused conns %llu ips %llu quota %llu "
+                 "expired %llu disabled %llu store %llu",
                  users_name(u, id), (unsigned long long)t.conns, (unsigned long long)t.active,
                  (unsigned long long)t.bytes_up, (unsigned long long)t.bytes_down,
-                 (unsigned long long)t.quota_used, (unsigned long long)t.closed_limit,
+                 (unsigned long long)t.quota_used, (unsigned long long)t.closed_limit, fleet,
                  (unsigned long long)t.refused[UR_CONNS], (unsigned long long)t.refused[UR_IPS],
                  (unsigned long long)t.refused[UR_QUOTA],
                  (unsigned long long)t.refused[UR_EXPIRED],
-                 (unsigned long long)t.refused[UR_DISABLED]);
+                 (unsigned long long)t.refused[UR_DISABLED],
+                 (unsigned long long)t.refused[UR_STORE]);
     }
 }
 
@@ -291,6 +298,15 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         log_info("stats: tls profile in use: %s", prof);
     }
     log_info("stats:%s", counters_log_line(&s, COUNTERS_LOG_ACCESS, line, sizeof line));
+    if (n > 0 && pws[0].users && pws[0].users->fleet) {
+        struct lstore_view lv;
+        lstore_read(pws[0].users->fleet, &lv);
+        log_info("stats: limits_store_up %d limits_store_flushes %llu limits_store_failures %llu "
+                 "limits_store_commands %llu limits_store_users %llu limits_store_instances %llu",
+                 lv.state == LSTORE_UP, (unsigned long long)lv.flushes,
+                 (unsigned long long)lv.failures, (unsigned long long)lv.commands,
+                 (unsigned long long)lv.users, (unsigned long long)lv.instances);
+    }
     size_t len = 0;
     for (int r = 0; r < CR_COUNT; r++)
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %llu", conn_reason_name(r),
@@ -569,6 +585,7 @@ struct app {
     struct metrics_shared mshared;
     struct metrics_server *msrv;
     struct api_reloads api_rl; /* the management API waits on these for its reloads */
+    struct lstore *lstore;     /* limits-store's flusher, or NULL */
     /* detach and run */
     char pidfile[OPT_PATH_MAX];
     struct state_saver saver;
@@ -922,6 +939,12 @@ static int app_start(struct app *a)
 {
     const struct options *opt = &a->g->opt;
     tlslearn_start(&a->learn, a->ws[0].loop);
+    char lerr[400]; /* before the workers: every byte they count is flushed */
+    a->lstore = lstore_start(&a->users, a->g, lerr, sizeof lerr);
+    if (!a->lstore && lerr[0]) {
+        log_error("%s", lerr);
+        return 1;
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 0; i < a->nworkers; i++) {
         if (ncpu > 1) /* one CPU: spinning would only delay whoever sends the reply */
@@ -986,6 +1009,7 @@ static void app_reload(struct app *a)
         proxy_worker_post_gen(&a->pws[i], g);
     if (a->msrv)
         metrics_server_post_gen(a->msrv, g);
+    lstore_post_gen(a->lstore, g);
     log_info("SIGHUP: configuration %llu loaded: %d user%s (%u removed: their connections are "
              "%s), %d dc line%s; live connections keep their settings",
              (unsigned long long)g->serial, g->opt.nsecrets, g->opt.nsecrets == 1 ? "" : "s",
@@ -1042,6 +1066,8 @@ static void app_stop(struct app *a)
             worker_join(&a->ws[i]);
             proxy_worker_destroy(&a->pws[i]);
         }
+        lstore_stop(a->lstore); /* the last deltas, before the state file */
+        a->lstore = NULL;
         log_stats(a->pws, a->ws, a->nworkers);
         state_save(&a->saver, a->g, 1);
         if (a->pidfile[0])

@@ -185,6 +185,11 @@ struct options {
     unsigned rstore_timeout_ms;
     unsigned rstore_ttl_ms; /* plain/dd headers (FakeTLS hellos: 2 x tls-time-skew) */
 
+    /* Per-user limits shared by the fleet (limits-store = redis://..., proxy/lstore.h). */
+    struct rstore_config lstore;
+    int lstore_fail_closed;
+    unsigned lstore_interval_ms;
+
     /* listen-prefix: every address of an IPv6 prefix, one per user (proxy/prefix.h). */
     int prefix_on;
     struct in6_addr prefix;    /* host bits zero */

@@ -19,11 +19,15 @@ struct rstore_config {
     char path[108];      /* a Unix socket path instead of host:port, or "" */
     char password[128];  /* AUTH before use; "" = none */
     int db;              /* SELECT before use when > 0 */
+    char key[16];        /* the config key it came from (log lines name it) */
 };
 
 /* Parses "redis://[:PASSWORD@]HOST:PORT[/DB]" or "redis://[:PASSWORD@]/PATH/TO/SOCKET[?db=DB]"
  * (HOST an IPv4 address, [IPv6] or a name). Returns 0, or -1 with err. */
 int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size_t errlen);
+/* The same for config key key (replay-store, limits-store: errors and log lines name it). */
+int rstore_parse_url_as(const char *key, const char *url, struct rstore_config *out, char *err,
+                        size_t errlen);
 
 /* Resolves a host name into an address (blocking: start-up and --check-config only).
  * Returns 0, or -1 with err. */
@@ -43,7 +47,18 @@ enum rstore_verdict {
  * reply is put there (textlen >= 1; what a log line may show). Returns the number of complete
  * replies, or -1 once the bytes are not RESP (or break a limit): the connection is dropped
  * then. Built without hiredis: -1. */
+/* A reply (a hiredis redisReply, or NULL: the connection went away before it came), on the
+ * store's loop (or from rstore_each_reply). */
+typedef void (*rstore_reply_cb)(void *reply, void *priv);
+
+/* Reads buf[0..len) as RESP replies with the store's reader and limits (big:
+ * RSTORE_BIG_MAX_ELEMENTS) and calls fn with each complete one (freed after). Returns the
+ * number of complete replies, or -1 once the bytes are not RESP (or break a limit). Built
+ * without hiredis: -1. */
+int rstore_each_reply(const char *buf, size_t len, int big, rstore_reply_cb fn, void *ctx);
+
 #define RSTORE_REPLY_MAX_ELEMENTS 16
+#define RSTORE_BIG_MAX_ELEMENTS (1 << 21) /* a store that asks for arrays (rstore.big) */
 int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
                          char *text, size_t textlen);
 
@@ -69,17 +84,31 @@ struct rstore {
     double backoff;      /* seconds before the next reconnect */
     ev_timer retry;
     unsigned inflight;
+    int big;             /* replies may be arrays up to RSTORE_BIG_MAX_ELEMENTS (rstore_open) */
     struct rstore_stats stats;
 };
 
 /* Starts connecting (in the background; questions before it is up get -1). */
 void rstore_init(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg);
+/* The same for a connection whose replies may be arrays up to RSTORE_BIG_MAX_ELEMENTS (big). */
+void rstore_open(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg,
+                 int big);
 
 /* Asks whether key was seen, and records it for ttl_ms (SET mtproxy:r:HEX 1 NX PX ttl).
  * Returns 0 when the question is on its way (cb comes later, exactly once), or -1 when the
  * store is down right now (nothing will be called: the caller applies its failure policy). */
 int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned ttl_ms,
                  rstore_cb cb, void *owner, uint64_t token);
+
+/* Sends one command (argv as redisAsyncCommandArgv takes it) on a store's connection: for
+ * a user of the connection other than the replay check (limits-store). Returns 0 (cb comes
+ * later, exactly once), or -1 (down: nothing will be called). */
+int rstore_command(struct rstore *rs, int argc, const char **argv, const size_t *argvlen,
+                   rstore_reply_cb cb, void *priv);
+
+/* Drops the connection (pending callbacks get NULL) and connects again after the back-off:
+ * for a store that stopped answering. */
+void rstore_reconnect(struct rstore *rs);
 
 /* Disconnects (pending callbacks are called with RSTORE_FAILED) and stops the timers. */
 void rstore_stop(struct rstore *rs);

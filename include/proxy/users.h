@@ -43,6 +43,7 @@ enum user_refusal {
     UR_QUOTA,     /* quota=SIZE used up (both directions) */
     UR_EXPIRED,   /* past expires= */
     UR_DISABLED,  /* `disabled` in its limit line (API / `mtproxy user disable`) */
+    UR_STORE,     /* limits-store down with limits-store-fail = closed */
     UR_COUNT
 };
 
@@ -118,6 +119,10 @@ struct user_shared {
     shared64 tat[2];             /* rate: theoretical arrival time per direction, in us */
     _Atomic uint32_t last_log;   /* refusal log: the second of the last line (0 = never) */
     struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */
+    /* limits-store: the other instances' live connections (also folded into active) and
+     * recent addresses (counted against ips), as of the last flush; 0 without the store */
+    _Atomic uint32_t fleet_conns;
+    _Atomic uint32_t fleet_ips;
 };
 
 struct users {
@@ -131,6 +136,10 @@ struct users {
     uint32_t max; /* ids that may be handed out: USERS_MAX (a test lowers it) */
     _Atomic uint32_t resets; /* quotas started over so far (users_quota_roll on the main
                               * thread, users_quota_reset from the API's thread) */
+    /* limits-store (proxy/lstore.h): the flusher, NULL when off; set while it is down with
+     * limits-store-fail = closed: new connections of users with limits are refused */
+    struct lstore *fleet;
+    _Atomic int fleet_refuse;
 };
 
 /* A rollback point of the registry's names (users_mark): a reload that fails after interning
@@ -187,6 +196,10 @@ int users_admit(const struct users *u, uint32_t id, const struct user_limit *lim
 /* Gives back the conns slot taken by users_admit (and refreshes the address's last use). */
 void users_release(const struct users *u, uint32_t id, const struct sock_addr *addr,
                    double now);
+
+/* The addresses of user id that hold a connection or were used within window seconds of
+ * now (what this instance tells the fleet for the ips limit). Any thread. */
+uint32_t users_ips_recent(const struct users *u, uint32_t id, double now, double window);
 
 /* Counts n relayed bytes against user id's quota. Returns 1 if the quota is now used up
  * (quota > 0), else 0. */

@@ -14,6 +14,7 @@
 #include "crypto/crypto.h"
 #include "proto/json.h"
 #include "proto/secret.h"
+#include "proxy/lstore.h"
 #include "proxy/metrics.h"
 #include "proxy/options.h"
 #include "proxy/prefix.h"
@@ -773,6 +774,9 @@ static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
     if (!g->users || !g->uid)
         return fail(o, 500, NULL, "no users registry");
     users_quota_reset(g->users, g->uid[i]);
+    /* limits-store: every instance's share of the period stops counting (its next flush) */
+    if (g->users->fleet && lstore_reset_quota(g->users->fleet, name))
+        return fail(o, 500, NULL, "out of memory: the fleet's count of '%s' was not reset", name);
     if (a->reload) { /* the daemon is stopped: its state file is the usage */
         char err[CONFIG_ERR_LEN];
         int found;

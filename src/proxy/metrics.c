@@ -20,6 +20,7 @@
 #include "proto/http.h"
 #include "proxy/api.h"
 #include "proxy/counters.h"
+#include "proxy/lstore.h"
 #include "proxy/prefix.h"
 #include "proxy/qr.h"
 #include "proxy/reload.h"
@@ -227,7 +228,8 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
     UF("user_connections_total", "counter", "Connections per user (proved its secret).")       \
     US(conns, NULL, NULL, "connections")                                                       \
     UF("user_limit_refusals_total", "counter",                                                 \
-       "New connections of a user refused by a limit (conns, ips, quota, expired).")           \
+       "New connections of a user refused by a limit (conns, ips, quota, expired, disabled; "      \
+       "store: limits-store down with limits-store-fail = closed).")                               \
     UH(REFUSED)                                                                                \
     UF("user_quota_remaining_bytes", "gauge",                                                  \
        "Bytes left of each user's quota (users with a quota only).")                           \
@@ -509,8 +511,54 @@ static void emit_table(const struct metrics_shared *ms, const struct gen *g,
  * families through e (family, sample, u64...: either format). Add a section here. */
 typedef void (*metrics_section_fn)(const struct metrics_shared *ms, const struct gen *g,
                                    const struct totals *t, struct emit *e);
+
+/* limits-store (only when it is on): the flusher's counters, and per user with a conns or
+ * ips limit what the other instances hold. */
+static void emit_lstore(const struct metrics_shared *ms, const struct gen *g,
+                        const struct totals *t, struct emit *e)
+{
+    (void)ms, (void)t;
+    const struct lstore *ls = g->users ? g->users->fleet : NULL;
+    if (!ls)
+        return;
+    struct lstore_view v;
+    lstore_read(ls, &v);
+    single(e, "limits_store_up", "gauge", "limits-store: 1 if the last flush was answered, 0 "
+           "while it is down (limits-store-fail applies).", v.state == LSTORE_UP);
+    single(e, "limits_store_flushes_total", "counter", "limits-store: flushes answered in full.",
+           v.flushes);
+    single(e, "limits_store_failures_total", "counter", "limits-store: flushes that failed "
+           "(down, an error, no answer within two intervals).", v.failures);
+    single(e, "limits_store_commands_total", "counter", "limits-store: Redis commands sent.",
+           v.commands);
+    single(e, "limits_store_instances", "gauge", "limits-store: other instances with live "
+           "connections of users with limits, as of the last flush.", v.instances);
+    family(e, "limits_store_cpu_seconds_total", "counter", "limits-store: CPU time of the "
+           "flusher thread.");
+    dbl(e, "limits_store_cpu_seconds_total", NULL, NULL, v.cpu_seconds);
+    family(e, "limits_store_flush_seconds", "gauge", "limits-store: the last answered flush's "
+           "round trip.");
+    char rtt[32]; /* to the microsecond: a loopback flush takes well under a millisecond */
+    snprintf(rtt, sizeof rtt, "%.6f", v.last_flush_seconds);
+    sample(e, "limits_store_flush_seconds", NULL, NULL, NULL, NULL, rtt);
+    family(e, "user_fleet_connections", "gauge", "limits-store: live connections of each user "
+           "with a conns or ips limit on the other instances, as of the last flush.");
+    for (int i = 0; i < g->opt.nsecrets; i++)
+        if (g->lim && g->lim[i] && (g->lim[i]->conns || g->lim[i]->ips))
+            u64(e, "user_fleet_connections", "user", g->opt.secrets[i].name, NULL, NULL,
+                atomic_load(&users_shared(g->users, g->uid[i])->fleet_conns));
+    family(e, "user_fleet_addresses", "gauge", "limits-store: recent client addresses of each "
+           "user with a conns or ips limit on the other instances (each instance's distinct "
+           "ones, summed), as of the last flush.");
+    for (int i = 0; i < g->opt.nsecrets; i++)
+        if (g->lim && g->lim[i] && (g->lim[i]->conns || g->lim[i]->ips))
+            u64(e, "user_fleet_addresses", "user", g->opt.secrets[i].name, NULL, NULL,
+                atomic_load(&users_shared(g->users, g->uid[i])->fleet_ips));
+}
+
 static const metrics_section_fn sections[] = {
     emit_table,
+    emit_lstore,
 };
 
 /* Every metric, in either format. */
@@ -578,6 +626,10 @@ static void user_json(const struct gen *g, int i, const char *host, int port, in
     if (reset) /* a periodic quota only: its period and the next reset (unix s) */
         sbuf_printf(out, ",\"quota_period\":\"%s\",\"quota_reset\":%lld", period,
                     (long long)reset);
+    if (g->users && g->users->fleet && g->uid) /* limits-store: the other instances' share */
+        sbuf_printf(out, ",\"fleet_connections\":%u,\"fleet_addresses\":%u",
+                    atomic_load(&users_shared(g->users, g->uid[i])->fleet_conns),
+                    atomic_load(&users_shared(g->users, g->uid[i])->fleet_ips));
     char tg[1024], https[1024], uhost[256];
     snprintf(uhost, sizeof uhost, "%s", host);
     int uport = prefix_link_host(o, i, uhost, sizeof uhost, port);

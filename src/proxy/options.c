@@ -408,6 +408,11 @@ static int parse_rstore(void *conf, const char *v, char *err, size_t errlen)
     return rstore_parse_url(v, &((struct options *)conf)->rstore, err, errlen);
 }
 
+static int parse_lstore(void *conf, const char *v, char *err, size_t errlen)
+{
+    return rstore_parse_url_as("limits-store", v, &((struct options *)conf)->lstore, err, errlen);
+}
+
 /* ADDR:PORT or off, for a listener of its own (metrics, api). */
 static int parse_listener(const char *v, int *on, struct sock_addr *addr, char *err,
                           size_t errlen)
@@ -611,6 +616,24 @@ const struct config_option options_table[] = {
      .def = "24h", .min = 1000, .max = 30LL * 86400 * 1000, .arg = "DURATION",
      .help = "How long the store remembers a plain/dd header (they carry no time stamp; "
      "FakeTLS hellos are remembered for twice tls-time-skew)."},
+    {.name = "limits-store", .type = CFG_CUSTOM, .arg = "redis://[:PASS@]HOST:PORT[/DB]",
+     .parse = parse_lstore,
+     .help = "Share the users' limits (conns, ips, quota) between instances through Redis or "
+             "Valkey (the replay-store's or another): each instance counts locally and once "
+             "per limits-store-interval sends its deltas and live counts in one round trip "
+             "and reads the fleet's totals back; a quota may be overshot by one interval of "
+             "traffic per instance (docs/fleet.md). A Unix socket: "
+             "redis://[:PASS@]/PATH/TO/SOCKET[?db=N]. Read at start only. Needs a build with "
+             "libhiredis."},
+    {.name = "limits-store-fail", .type = CFG_ENUM, .offset = OFF(lstore_fail_closed),
+     .def = "open", .names = fail_modes, .arg = "open|closed", .help = "While the limits "
+     "store is down or does not answer a flush in two intervals: open enforces each limit "
+     "on this instance's own counts (and the quota on the last fleet total plus what this "
+     "instance counted since); closed refuses new connections of users that have a conns, "
+     "ips or quota limit (their live connections go on). Counted, logged once per change."},
+    {.name = "limits-store-interval", .type = CFG_DURATION, .offset = OFF(lstore_interval_ms),
+     .def = "1s", .min = 100, .max = 60000, .arg = "DURATION", .help = "How often the "
+     "limits store is flushed (and the fleet's totals read back)."},
     {.name = "fast-mode", .type = CFG_BOOL, .offset = OFF(fast_mode), .def = "on",
      .arg = "on|off", .help = "Choose the header toward the DC so that the DC's encryption "
      "is the one the client expects: downloads then pass without any crypto in the proxy. "

@@ -25,6 +25,9 @@
 #define RSTORE_BUILT 0
 #endif
 
+/* The config key a store was configured by (its log lines and errors name it). */
+#define KEY(cfg) ((cfg)->key[0] ? (cfg)->key : "replay-store")
+
 void rstore_printable(const char *s, size_t n, char *out, size_t cap)
 {
     size_t o = 0;
@@ -69,12 +72,31 @@ static void *lim_nil(const redisReadTask *t)
 static const redisReplyObjectFunctions limited = {lim_string, lim_array, lim_integer, lim_nil,
                                                   freeReplyObject};
 
-static void reader_limit(redisReader *r)
+/* The same with the larger limit of a store asked for arrays (limits-store). */
+static void *lim_array_big(const redisReadTask *t, int n)
 {
-    if (r->fn == &limited || !r->fn)
+    const redisReplyObjectFunctions *d = t->privdata;
+    return n < 0 || n > RSTORE_BIG_MAX_ELEMENTS ? NULL : d->createArray(t, n);
+}
+
+static const redisReplyObjectFunctions limited_big = {lim_string, lim_array_big, lim_integer,
+                                                      lim_nil, freeReplyObject};
+
+static void reader_limit_to(redisReader *r, int big)
+{
+    const redisReplyObjectFunctions *l = big ? &limited_big : &limited;
+    if (r->fn == &limited || r->fn == &limited_big || !r->fn)
         return;
     r->privdata = r->fn;
-    r->fn = (redisReplyObjectFunctions *)&limited; /* hiredis never writes through fn */
+    r->fn = (redisReplyObjectFunctions *)l; /* hiredis never writes through fn */
+}
+
+static redisReader *reader_new(int big)
+{
+    redisReader *r = redisReaderCreate();
+    if (r)
+        reader_limit_to(r, big);
+    return r;
 }
 
 /* The verdict a reply to SET ... NX gives. */
@@ -89,16 +111,12 @@ static enum rstore_verdict verdict_of(const redisReply *reply)
     return RSTORE_FAILED; /* anything else is no answer to SET NX */
 }
 
-int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
-                         char *text, size_t textlen)
+int rstore_each_reply(const char *buf, size_t len, int big, rstore_reply_cb fn, void *ctx)
 {
-    redisReader *r = redisReaderCreate();
+    redisReader *r = reader_new(big);
     if (!r)
         return -1;
-    reader_limit(r);
     int n = 0;
-    if (text && textlen)
-        text[0] = 0;
     if (redisReaderFeed(r, buf, len) != REDIS_OK) {
         redisReaderFree(r);
         return -1;
@@ -111,18 +129,47 @@ int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, 
         }
         if (!reply)
             break;
-        redisReply *rp = reply;
-        if (text && (rp->type == REDIS_REPLY_ERROR || rp->type == REDIS_REPLY_STATUS))
-            rstore_printable(rp->str, rp->len, text, textlen);
-        if ((size_t)n < cap)
-            out[n] = verdict_of(rp);
+        fn(reply, ctx);
         n++;
         freeReplyObject(reply);
     }
     redisReaderFree(r);
     return n;
 }
+
+struct verdicts {
+    enum rstore_verdict *out;
+    size_t cap, n;
+    char *text;
+    size_t textlen;
+};
+
+static void verdict_one(void *reply, void *ctx)
+{
+    struct verdicts *v = ctx;
+    const redisReply *rp = reply;
+    if (v->text && (rp->type == REDIS_REPLY_ERROR || rp->type == REDIS_REPLY_STATUS))
+        rstore_printable(rp->str, rp->len, v->text, v->textlen);
+    if (v->n < v->cap)
+        v->out[v->n] = verdict_of(rp);
+    v->n++;
+}
+
+int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
+                         char *text, size_t textlen)
+{
+    struct verdicts v = {out, cap, 0, textlen ? text : NULL, textlen};
+    if (text && textlen)
+        text[0] = 0;
+    return rstore_each_reply(buf, len, 0, verdict_one, &v);
+}
 #else
+int rstore_each_reply(const char *buf, size_t len, int big, rstore_reply_cb fn, void *ctx)
+{
+    (void)buf, (void)len, (void)big, (void)fn, (void)ctx;
+    return -1;
+}
+
 int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, size_t cap,
                          char *text, size_t textlen)
 {
@@ -135,24 +182,31 @@ int rstore_parse_replies(const char *buf, size_t len, enum rstore_verdict *out, 
 
 int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size_t errlen)
 {
+    return rstore_parse_url_as("replay-store", url, out, err, errlen);
+}
+
+int rstore_parse_url_as(const char *key, const char *url, struct rstore_config *out, char *err,
+                        size_t errlen)
+{
     if (!RSTORE_BUILT) {
-        snprintf(err, errlen, "replay-store: this mtproxy was built without Redis support "
-                 "(libhiredis); rebuild with libhiredis-dev installed");
+        snprintf(err, errlen, "%s: this mtproxy was built without Redis support "
+                 "(libhiredis); rebuild with libhiredis-dev installed", key);
         return -1;
     }
     memset(out, 0, sizeof *out);
+    snprintf(out->key, sizeof out->key, "%s", key);
     static const char scheme[] = "redis://";
     if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
         /* No part of it is quoted: a password may come anywhere in what is not a URL. */
-        snprintf(err, errlen, "replay-store: the URL must start with redis:// "
-                 "(redis://[:PASSWORD@]HOST:PORT[/DB] or redis://[:PASSWORD@]/PATH[?db=N])");
+        snprintf(err, errlen, "%s: the URL must start with redis:// "
+                 "(redis://[:PASSWORD@]HOST:PORT[/DB] or redis://[:PASSWORD@]/PATH[?db=N])", key);
         return -1;
     }
     const char *p = url + sizeof scheme - 1;
     const char *at = strrchr(p, '@');
     if (at) {
         if (*p != ':' || at - p - 1 < 1 || (size_t)(at - p - 1) >= sizeof out->password) {
-            snprintf(err, errlen, "replay-store: a password is given as redis://:PASSWORD@...");
+            snprintf(err, errlen, "%s: a password is given as redis://:PASSWORD@...", key);
             return -1;
         }
         memcpy(out->password, p + 1, (size_t)(at - p - 1));
@@ -162,7 +216,7 @@ int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size
         const char *q = strchr(p, '?');
         size_t n = q ? (size_t)(q - p) : strlen(p);
         if (n < 2 || n >= sizeof out->path) {
-            snprintf(err, errlen, "replay-store: socket path must be 2 to %zu bytes",
+            snprintf(err, errlen, "%s: socket path must be 2 to %zu bytes", key,
                      sizeof out->path - 1);
             return -1;
         }
@@ -172,7 +226,7 @@ int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size
             if (strncmp(q, "?db=", 4) != 0 || !q[4] ||
                 (out->db = (int)strtol(q + 4, &end, 10), *end) || out->db < 0 ||
                 out->db > 1000000) {
-                snprintf(err, errlen, "replay-store: after the socket path only ?db=N");
+                snprintf(err, errlen, "%s: after the socket path only ?db=N", key);
                 return -1;
             }
         }
@@ -183,7 +237,7 @@ int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size
     if (*p == '[') {
         hend = strchr(p, ']');
         if (!hend || hend[1] != ':') {
-            snprintf(err, errlen, "replay-store: expected [IPV6]:PORT");
+            snprintf(err, errlen, "%s: expected [IPV6]:PORT", key);
             return -1;
         }
         p++;
@@ -191,28 +245,28 @@ int rstore_parse_url(const char *url, struct rstore_config *out, char *err, size
     } else {
         hend = strchr(p, ':');
         if (!hend) {
-            snprintf(err, errlen, "replay-store: expected HOST:PORT");
+            snprintf(err, errlen, "%s: expected HOST:PORT", key);
             return -1;
         }
         rest = hend;
     }
     size_t hl = (size_t)(hend - p);
     if (hl == 0 || hl >= sizeof out->host) {
-        snprintf(err, errlen, "replay-store: bad host");
+        snprintf(err, errlen, "%s: bad host", key);
         return -1;
     }
     memcpy(out->host, p, hl);
     char *end;
     long port = strtol(rest + 1, &end, 10);
     if (end == rest + 1 || port < 1 || port > 65535 || (*end && *end != '/')) {
-        snprintf(err, errlen, "replay-store: port must be 1..65535");
+        snprintf(err, errlen, "%s: port must be 1..65535", key);
         return -1;
     }
     out->port = (int)port;
     if (*end == '/') {
         long db = strtol(end + 1, &end, 10);
         if (*end || db < 0 || db > 1000000) {
-            snprintf(err, errlen, "replay-store: /DB must be a database number");
+            snprintf(err, errlen, "%s: /DB must be a database number", key);
             return -1;
         }
         out->db = (int)db;
@@ -228,7 +282,7 @@ int rstore_resolve(struct rstore_config *cfg, char *err, size_t errlen)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
     int rc = getaddrinfo(cfg->host, NULL, &hints, &res);
     if (rc || !res) {
-        snprintf(err, errlen, "replay-store: cannot resolve %s: %s", cfg->host,
+        snprintf(err, errlen, "%s: cannot resolve %s: %s", KEY(cfg), cfg->host,
                  rc ? gai_strerror(rc) : "no address");
         return -1;
     }
@@ -268,7 +322,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     struct rstore *rs = ac->data;
     if (status != REDIS_OK) {
         /* hiredis frees the context after this callback. */
-        log_warn("replay-store: cannot connect: %s", ac->errstr);
+        log_warn("%s: cannot connect: %s", KEY(rs->cfg), ac->errstr);
         rs->ac = NULL;
         rs->ready = 0;
         schedule_retry(rs);
@@ -276,7 +330,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     }
     rs->backoff = RSTORE_BACKOFF_MIN;
     rs->ready = 1;
-    log_info("replay-store: connected");
+    log_info("%s: connected", KEY(rs->cfg));
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -285,7 +339,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     rs->ac = NULL;
     rs->ready = 0;
     if (status != REDIS_OK && !rs->stopping)
-        log_warn("replay-store: disconnected: %s", ac->errstr);
+        log_warn("%s: disconnected: %s", KEY(rs->cfg), ac->errstr);
     STAT_INC(&rs->stats.reconnects);
     schedule_retry(rs);
 }
@@ -294,12 +348,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
  * callers see as RSTORE_FAILED; say it once here. */
 static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
-    (void)ac;
     redisReply *reply = r;
     if (reply && reply->type == REDIS_REPLY_ERROR) {
+        struct rstore *rs = ac->data;
         char text[200]; /* the store's words, not ours: printable and bounded in the log */
         rstore_printable(reply->str, reply->len, text, sizeof text);
-        log_warn("replay-store: %s failed: %s", (const char *)privdata, text);
+        log_warn("%s: %s failed: %s", KEY(rs->cfg), (const char *)privdata, text);
     }
 }
 
@@ -310,14 +364,14 @@ static void connect_now(struct rstore *rs)
     redisAsyncContext *ac = rs->cfg->path[0] ? redisAsyncConnectUnix(rs->cfg->path)
                                              : redisAsyncConnect(rs->cfg->host, rs->cfg->port);
     if (!ac || ac->err) {
-        log_warn("replay-store: cannot connect: %s", ac ? ac->errstr : "out of memory");
+        log_warn("%s: cannot connect: %s", KEY(rs->cfg), ac ? ac->errstr : "out of memory");
         if (ac)
             redisAsyncFree(ac);
         schedule_retry(rs);
         return;
     }
     ac->data = rs;
-    reader_limit(ac->c.reader);
+    reader_limit_to(ac->c.reader, rs->big);
     if (redisLibevAttach(rs->loop, ac) != REDIS_OK) {
         redisAsyncFree(ac);
         schedule_retry(rs);
@@ -335,9 +389,16 @@ static void connect_now(struct rstore *rs)
 
 void rstore_init(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg)
 {
+    rstore_open(rs, loop, cfg, 0);
+}
+
+void rstore_open(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg,
+                 int big)
+{
     memset(rs, 0, sizeof *rs);
     rs->loop = loop;
     rs->cfg = cfg;
+    rs->big = big;
     rs->backoff = RSTORE_BACKOFF_MIN;
     ev_init(&rs->retry, on_retry);
     rs->retry.data = rs;
@@ -394,6 +455,50 @@ int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned 
     return 0;
 }
 
+struct command {
+    struct rstore *rs;
+    rstore_reply_cb cb;
+    void *priv;
+};
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    (void)ac;
+    struct command *c = privdata;
+    c->rs->inflight--;
+    c->cb(r, c->priv);
+    free(c);
+}
+
+int rstore_command(struct rstore *rs, int argc, const char **argv, const size_t *argvlen,
+                   rstore_reply_cb cb, void *priv)
+{
+    if (!rs->ac || !rs->ready)
+        return -1;
+    struct command *c = malloc(sizeof *c);
+    if (!c)
+        return -1;
+    *c = (struct command){rs, cb, priv};
+    if (redisAsyncCommandArgv(rs->ac, on_reply, c, argc, argv, argvlen) != REDIS_OK) {
+        free(c);
+        return -1;
+    }
+    rs->inflight++;
+    return 0;
+}
+
+void rstore_reconnect(struct rstore *rs)
+{
+    if (rs->ac) {
+        redisAsyncContext *ac = rs->ac;
+        rs->ac = NULL;
+        rs->ready = 0;
+        redisAsyncFree(ac); /* pending callbacks get NULL replies; no disconnect callback */
+        STAT_INC(&rs->stats.reconnects);
+        schedule_retry(rs);
+    }
+}
+
 void rstore_stop(struct rstore *rs)
 {
     rs->stopping = 1;
@@ -407,6 +512,13 @@ void rstore_stop(struct rstore *rs)
 #else /* no hiredis: rstore_parse_url refuses every URL, so no store is ever configured */
 void rstore_init(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg)
 {
+    rstore_open(rs, loop, cfg, 0);
+}
+
+void rstore_open(struct rstore *rs, struct ev_loop *loop, const struct rstore_config *cfg,
+                 int big)
+{
+    (void)big;
     memset(rs, 0, sizeof *rs);
     rs->loop = loop;
     rs->cfg = cfg;
@@ -418,6 +530,18 @@ int rstore_check(struct rstore *rs, const uint8_t key[RSTORE_KEY_LEN], unsigned 
     (void)key, (void)ttl_ms, (void)cb, (void)owner, (void)token;
     STAT_INC(&rs->stats.down);
     return -1;
+}
+
+int rstore_command(struct rstore *rs, int argc, const char **argv, const size_t *argvlen,
+                   rstore_reply_cb cb, void *priv)
+{
+    (void)rs, (void)argc, (void)argv, (void)argvlen, (void)cb, (void)priv;
+    return -1;
+}
+
+void rstore_reconnect(struct rstore *rs)
+{
+    (void)rs;
 }
 
 void rstore_stop(struct rstore *rs)

@@ -14,7 +14,7 @@
 
 static const char *const refusal_names[UR_COUNT] = {
     [UR_CONNS] = "conns", [UR_IPS] = "ips", [UR_QUOTA] = "quota", [UR_EXPIRED] = "expired",
-    [UR_DISABLED] = "disabled"};
+    [UR_DISABLED] = "disabled", [UR_STORE] = "store"};
 
 const char *users_refusal_name(enum user_refusal r)
 {
@@ -562,7 +562,7 @@ static int ips_admit(struct user_shared *s, const struct sock_addr *addr, uint32
         found->refs++;
         found->last = now;
         rc = 0;
-    } else if (ip->n < limit) {
+    } else if (ip->n + atomic_load_explicit(&s->fleet_ips, memory_order_relaxed) < limit) {
         if (ip->n == ip->cap) {
             uint32_t cap = ip->cap ? ip->cap * 2 : 4;
             struct ip_entry *e = realloc(ip->e, cap * sizeof *e);
@@ -601,12 +601,28 @@ static void ips_release(struct user_shared *s, const struct sock_addr *addr, dou
     pthread_mutex_unlock(&ip->mu);
 }
 
+uint32_t users_ips_recent(const struct users *u, uint32_t id, double now, double window)
+{
+    struct user_ips *ip = atomic_load(&users_shared(u, id)->ips);
+    uint32_t n = 0;
+    if (!ip)
+        return 0;
+    pthread_mutex_lock(&ip->mu);
+    for (uint32_t i = 0; i < ip->n; i++)
+        n += ip->e[i].refs || ip->e[i].last >= now - window;
+    pthread_mutex_unlock(&ip->mu);
+    return n;
+}
+
 int users_admit(const struct users *u, uint32_t id, const struct user_limit *lim,
                 const struct sock_addr *addr, double now, double ips_window)
 {
     struct user_shared *s = users_shared(u, id);
     if (lim && lim->disabled)
         return UR_DISABLED;
+    if (lim && (lim->conns || lim->ips || lim->quota) &&
+        atomic_load_explicit(&u->fleet_refuse, memory_order_relaxed))
+        return UR_STORE;
     if (lim && lim->expires && now >= (double)lim->expires)
         return UR_EXPIRED;
     if (lim && lim->quota && shared64_load(&s->used) >= lim->quota)
@@ -699,7 +715,7 @@ uint64_t users_quota_reset(struct users *u, uint32_t id)
     uint64_t used = shared64_load(&s->used);
     shared64_store(&s->used, 0);
     atomic_fetch_add(&u->resets, 1);
-    /* FLEET HOOK: reset the fleet-wide counter of s->name here (limits-store). */
+    /* with limits-store, the caller (the API) asks the flusher to reset the fleet's count too */
     log_info("quota of user %s reset by the management API or CLI: %llu bytes were used",
              users_name(u, id), (unsigned long long)used);
     return used;

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "core/shared64.h"
 #include "core/sock.h"
 #include "proxy/options.h"
 
@@ -426,6 +427,56 @@ static void test_disabled_and_quota_reset(void **state)
     users_destroy(&u);
 }
 
+/* limits-store's fleet counts at admission (proxy/lstore.h folds them in). */
+static void test_fleet_counts_in_admit(void **state)
+{
+    (void)state;
+    struct users u;
+    assert_int_equal(users_init(&u, 1), 0);
+    uint32_t id = (uint32_t)users_intern(&u, "a");
+    struct user_shared *s = users_shared(&u, id);
+    struct sock_addr a1 = addr4("127.0.0.1"), a2 = addr4("127.0.0.2");
+    /* conns: another instance's live connection folded into active takes a slot */
+    struct user_limit l = {.conns = 2};
+    atomic_fetch_add(&s->active, 1);
+    assert_int_equal(users_admit(&u, id, &l, &a1, 100, 60), -1);
+    assert_int_equal(users_admit(&u, id, &l, &a1, 100, 60), UR_CONNS);
+    atomic_fetch_sub(&s->active, 1);
+    assert_int_equal(users_admit(&u, id, &l, &a1, 100, 60), -1);
+    users_release(&u, id, &a1, 100);
+    users_release(&u, id, &a1, 100);
+    /* ips: the other instances' addresses count against the limit; one already here is
+     * admitted again */
+    l = (struct user_limit){.ips = 2};
+    atomic_store(&s->fleet_ips, 1);
+    assert_int_equal(users_admit(&u, id, &l, &a1, 200, 60), -1);
+    assert_int_equal(users_admit(&u, id, &l, &a2, 200, 60), UR_IPS);
+    assert_int_equal(users_admit(&u, id, &l, &a1, 200, 60), -1);
+    assert_int_equal(users_ips_recent(&u, id, 200, 60), 1);
+    users_release(&u, id, &a1, 200);
+    users_release(&u, id, &a1, 200);
+    assert_int_equal(users_ips_recent(&u, id, 200, 60), 1);   /* within the window */
+    assert_int_equal(users_ips_recent(&u, id, 1000, 60), 0);  /* past it */
+    atomic_store(&s->fleet_ips, 0);
+    /* the store down with fail closed: users with limits are refused, others are not */
+    atomic_store(&u.fleet_refuse, 1);
+    l = (struct user_limit){.quota = 1000};
+    assert_int_equal(users_admit(&u, id, &l, &a1, 300, 60), UR_STORE);
+    l = (struct user_limit){.rate = 1000};
+    assert_int_equal(users_admit(&u, id, &l, &a1, 300, 60), -1);
+    users_release(&u, id, &a1, 300);
+    assert_int_equal(users_admit(&u, id, NULL, &a1, 300, 60), -1);
+    users_release(&u, id, &a1, 300);
+    assert_string_equal(users_refusal_name(UR_STORE), "store");
+    /* the quota is checked against used, which the flush sets to the fleet total */
+    atomic_store(&u.fleet_refuse, 0);
+    l = (struct user_limit){.quota = 1000};
+    shared64_store(&s->used, 999);
+    assert_int_equal(users_charge(&u, id, l.quota, 1), 1);
+    assert_int_equal(users_admit(&u, id, &l, &a1, 400, 60), UR_QUOTA);
+    users_destroy(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_rate),          cmocka_unit_test(test_quota_period),
         cmocka_unit_test(test_limit_parse_period), cmocka_unit_test(test_quota_roll_and_state),
         cmocka_unit_test(test_disabled_and_quota_reset),
+        cmocka_unit_test(test_fleet_counts_in_admit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
