@@ -228,8 +228,8 @@ static void user_limits_of(const struct gen *g, int i, uint64_t *quota, int64_t 
     UF("user_connections_total", "counter", "Connections per user (proved its secret).")       \
     US(conns, NULL, NULL, "connections")                                                       \
     UF("user_limit_refusals_total", "counter",                                                 \
-       "New connections of a user refused by a limit (conns, ips, quota, expired, disabled; "      \
-       "store: limits-store down with limits-store-fail = closed).")                               \
+       "New connections of a user refused by a limit (conns, ips, quota, expired, disabled; "  \
+       "store: limits-store down with limits-store-fail = closed).")                           \
     UH(REFUSED)                                                                                \
     UF("user_quota_remaining_bytes", "gauge",                                                  \
        "Bytes left of each user's quota (users with a quota only).")                           \
