@@ -123,9 +123,7 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     pw->dcs = &g->dcs;
     pw->masks = &g->masks;
     pw->acl = &g->acl;
-    pw->tls_enabled = 0;
-    for (int i = 0; i < o->nsecrets; i++)
-        pw->tls_enabled |= o->allow_ee && o->secrets[i].kind == SECRET_EE;
+    pw->tls_enabled = o->allow_ee && g->has_ee;
     pw->accepts_max = (uint32_t)((o->accept_rate + (unsigned)pw->nworkers - 1) /
                                  (unsigned)pw->nworkers);
     /* Pieces set up at start keep their settings (restart keys); they point at the new copy. */
@@ -146,10 +144,14 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     } else {
         pw->dcpool.dcs = &g->dcs;
     }
-    if (old)
+    /* The live connections are looked at only if a user may be gone or back: g removed some
+     * from the one before it, a generation between old and g was never taken, or drains
+     * are under way (a user back in g stops draining). */
+    if (old && (g->removed || g->serial != old->serial + 1 ||
+                ev_is_active(&pw->drain_timer)))
         gen_users_apply(pw, g);
     middle_adopt(pw, g, old); /* another ME table: links to it, the old ones drain */
-    gen_unref(old);
+    gen_unref(old);           /* with a reaper (the proxy's), main frees it */
 }
 
 static void proxy_on_cmd(struct worker *w, int cmd)
