@@ -3,7 +3,7 @@
 calls does to a relayed client on the same proxy.
 
     build/tests/integration/venv/bin/python bench/api.py [--build-dir DIR] [--users N]
-        [--calls N] [--rounds N] [--phases N] [--nice N]
+        [--calls N] [--rounds N] [--phases N] [--nice N] [--cost SECONDS]
 
 One worker, --users users in the config file (default 1,000), users-file and the API on
 loopback, DC 2 an echoing fake_dc; re-runs itself in a network namespace with only loopback
@@ -14,13 +14,18 @@ loopback, DC 2 an echoing fake_dc; re-runs itself in a network namespace with on
   2. a ping-pong client (32 bytes through the proxy to the echoing DC and back, --rounds round
      trips per side) in alternating phases without and with one client looping on the API
      (create, get, patch, delete: three reloads per turn; the looper at nice --nice, default
-     0): p50, p99, max of each side and the p99 ratio.
+     0): p50, p99, max of each side and the p99 ratio;
+  3. what a reload costs the proxy: the looper alone for --cost seconds (default 3; 0: skipped),
+     CPU time per reload of the main thread and the reloader (the build), each worker
+     (adopting it) and the metrics/API thread (the API's side: users-file written, the call answered), from
+     /proc/PID/task/TID/schedstat; the reloads counted from the log's "configuration N loaded".
 Loopback only.
 """
 import argparse
 import http.client
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -86,6 +91,48 @@ class Looper:
         return [ln.split()[1:] for ln in out.decode().splitlines() if ln.startswith("TURN")]
 
 
+def thread_cpu(pid):
+    """{thread name: CPU seconds} of the proxy's threads: main, wN (the workers), reload (the
+    reloader, if the build has one), metrics/API (the one unnamed other)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except OSError:
+            continue
+        name = ("main" if tid == str(pid) else name[8:] if name.startswith("mtproxy/")
+                else "metrics/API")
+        out[name] = out.get(name, 0) + ns / 1e9
+    return out
+
+
+def last_serial(log):
+    """The serial of the last generation the log says was loaded (0: none)."""
+    with open(log) as f:
+        found = re.findall(r"configuration (\d+) loaded", f.read())
+    return int(found[-1]) if found else 0
+
+
+def reload_cost(pid, log, port, nice, seconds):
+    """The looper alone for seconds: CPU ms per reload, per thread."""
+    s0, c0 = last_serial(log), thread_cpu(pid)
+    loop = Looper(port, nice)
+    time.sleep(seconds)
+    loop.pause()
+    time.sleep(0.2)  # a reload under way ends
+    s1, c1 = last_serial(log), thread_cpu(pid)
+    loop.stop()
+    n = s1 - s0
+    if n <= 0:
+        print("reload cost: no reload in the window")
+        return
+    parts = ", ".join(f"{k} {(c1[k] - c0.get(k, 0)) / n * 1e3:.2f}" for k in sorted(c1))
+    print(f"reload cost: {n} reloads in {seconds:.0f} s; CPU ms per reload: {parts}")
+
+
 def stats_ms(walls):
     s = sorted(walls)
     return (f"median {statistics.median(s) * 1e3:.2f} ms, p90 {s[int(len(s) * 0.9)] * 1e3:.2f} ms,"
@@ -100,6 +147,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4000)
     ap.add_argument("--phases", type=int, default=10)
     ap.add_argument("--nice", type=int, default=0)
+    ap.add_argument("--cost", type=float, default=3.0)
     a = ap.parse_args()
     from scrapeload import enter_loopback_netns
     enter_loopback_netns()
@@ -115,11 +163,12 @@ def main():
              f"api-token = {TOKEN}\n")
     secret = many_users_config(conf, a.users, f"127.0.0.1:{dcport}", f"127.0.0.1:{mport}",
                                extra)
+    log = os.path.join(work, "log")
     proxy = subprocess.Popen([os.path.join(build, "mtproxy"), "--config", conf, "--listen",
                               f"127.0.0.1:{port}", "--workers", "1", "--dc-builtin", "off",
                               "--mask", "off", "--tls-profile", "off",
                               "--state-file", os.path.join(work, "state"),
-                              "--log", os.path.join(work, "log")],
+                              "--log", log],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         end = time.monotonic() + 60
@@ -161,6 +210,8 @@ def main():
               f"{len(turns)} loop turns, {ok} all answered as expected)")
         print(f"p99 ratio with/without the API loop: {pct(busy, 99) / pct(quiet, 99):.2f}")
         pinger.close()
+        if a.cost > 0:
+            reload_cost(proxy.pid, log, aport, a.nice, a.cost)
     finally:
         proxy.terminate()
         proxy.wait(10)
