@@ -116,10 +116,16 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
 /* Command bit for worker_post: a new generation waits in next_gen. */
 #define PROXY_CMD_GEN 1
 
-/* Main thread: hands generation g to the worker (takes a reference for it) and wakes it; the
- * worker adopts it in its own thread (new connections use it; connections of users g no
- * longer has are closed; live ones keep theirs). */
+/* Main thread: hands generation g to the worker (takes a reference for it); the worker adopts
+ * it in its own thread (new connections use it; connections of users g no longer has are
+ * closed; live ones keep theirs). Only a g that removed users wakes the worker (their
+ * connections end now); any other waits for the worker's next accept, which takes it before
+ * anything else, or its next sweep (within a second): a reload that changes nothing for the
+ * live connections costs the relay loop no wake-up. */
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g);
+
+/* Worker thread: adopts the generation main posted, if there is one (a relaxed load if not). */
+void proxy_worker_take_gen(struct proxy_worker *pw);
 
 /* Frees the pools (after the worker's loop has ended). */
 void proxy_worker_destroy(struct proxy_worker *pw);

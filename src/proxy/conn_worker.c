@@ -39,6 +39,7 @@ static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct proxy_worker *pw = t->data;
     double now = ev_now(loop);
+    proxy_worker_take_gen(pw); /* one posted without a wake-up */
     ciphers_park_idle(pw, now);
     for (struct conn *c = pw->live, *next; c; c = next) {
         next = c->next;
@@ -70,6 +71,7 @@ static void drain_schedule(struct proxy_worker *pw, double next)
 static void on_drain_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct proxy_worker *pw = t->data;
+    proxy_worker_take_gen(pw); /* a user back in a generation posted since stops draining */
     double now = ev_now(loop), next = 0;
     for (struct conn *c = pw->live, *n; c; c = n) {
         n = c->next;
@@ -154,14 +156,19 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     gen_unref(old);           /* with a reaper (the proxy's), main frees it */
 }
 
+void proxy_worker_take_gen(struct proxy_worker *pw)
+{
+    if (!atomic_load_explicit(&pw->next_gen, memory_order_relaxed))
+        return;
+    struct gen *g = atomic_exchange(&pw->next_gen, NULL);
+    if (g)
+        gen_adopt(pw, g);
+}
+
 static void proxy_on_cmd(struct worker *w, int cmd)
 {
-    struct proxy_worker *pw = w->ctx;
-    if (cmd & PROXY_CMD_GEN) {
-        struct gen *g = atomic_exchange(&pw->next_gen, NULL);
-        if (g)
-            gen_adopt(pw, g);
-    }
+    if (cmd & PROXY_CMD_GEN)
+        proxy_worker_take_gen(w->ctx);
 }
 
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
@@ -169,7 +176,8 @@ void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
     gen_ref(g);
     struct gen *prev = atomic_exchange(&pw->next_gen, g);
     gen_unref(prev); /* a generation the worker never took: superseded */
-    worker_post(pw->w, PROXY_CMD_GEN);
+    if (g->removed) /* a skipped one that removed users woke the worker already */
+        worker_post(pw->w, PROXY_CMD_GEN);
 }
 
 void proxy_on_stop(struct worker *w)
