@@ -3,7 +3,7 @@
 calls does to a relayed client on the same proxy.
 
     build/tests/integration/venv/bin/python bench/api.py [--build-dir DIR] [--users N]
-        [--calls N] [--rounds N] [--phases N] [--nice N] [--cost SECONDS]
+        [--calls N] [--rounds N] [--phases N] [--nice N] [--cost SECONDS] [--loop crud|other]
 
 One worker, --users users in the config file (default 1,000), users-file and the API on
 loopback, DC 2 an echoing fake_dc; re-runs itself in a network namespace with only loopback
@@ -14,11 +14,14 @@ loopback, DC 2 an echoing fake_dc; re-runs itself in a network namespace with on
   2. a ping-pong client (32 bytes through the proxy to the echoing DC and back, --rounds round
      trips per side) in alternating phases without and with one client looping on the API
      (create, get, patch, delete: three reloads per turn; the looper at nice --nice, default
-     0): p50, p99, max of each side and the p99 ratio;
+     0; with --loop other, the same loop against a second proxy instance that relays nothing:
+     the looper's own CPU and the reloads' on the same cores, none of it in the relaying
+     process): p50, p99, max of each side and the p99 ratio;
   3. what a reload costs the proxy: the looper alone for --cost seconds (default 3; 0: skipped),
      CPU time per reload of the main thread and the reloader (the build), each worker
      (adopting it) and the metrics/API thread (the API's side: users-file written, the call answered), from
-     /proc/PID/task/TID/schedstat; the reloads counted from the log's "configuration N loaded".
+     /proc/PID/task/TID/schedstat, less what each spent in as long a window before without the
+     looper; the reloads counted from the log's "configuration N loaded".
 Loopback only.
 """
 import argparse
@@ -47,11 +50,13 @@ def call(port, method, path, body=None):
     return r.status, data
 
 
-# The API looper: create, get, patch, delete, forever; prints one line per turn.
+# The API looper: create, get, patch, delete (or, with "get", four GETs of user b0), forever;
+# prints one line per turn.
 LOOPER = r"""
 import http.client, json, os, sys
 port, token = int(sys.argv[1]), sys.argv[2]
 os.nice(int(sys.argv[3]))
+gets = sys.argv[4] == "get"
 def call(m, p, b=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request(m, p, body=json.dumps(b) if b is not None else None,
@@ -62,6 +67,9 @@ i = 0
 while True:
     n = f"loop{i}"
     i += 1
+    if gets:
+        print("TURN", *[call("GET", "/api/v1/users/b0") for _ in range(4)], flush=True)
+        continue
     st = (call("POST", "/api/v1/users", {"name": n, "limits": {"conns": 3}}),
           call("GET", f"/api/v1/users/{n}"),
           call("PATCH", f"/api/v1/users/{n}", {"limits": {"conns": 4}}),
@@ -73,8 +81,8 @@ while True:
 class Looper:
     """The API looper process; pause() and resume() stop and continue it."""
 
-    def __init__(self, port, nice):
-        self.p = subprocess.Popen([sys.executable, "-c", LOOPER, str(port), TOKEN, str(nice)],
+    def __init__(self, port, nice, kind="crud"):
+        self.p = subprocess.Popen([sys.executable, "-c", LOOPER, str(port), TOKEN, str(nice), kind],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   stdin=subprocess.DEVNULL)
 
@@ -117,7 +125,11 @@ def last_serial(log):
 
 
 def reload_cost(pid, log, port, nice, seconds):
-    """The looper alone for seconds: CPU ms per reload, per thread."""
+    """The looper alone for seconds: CPU ms per reload, per thread, less what the thread spent
+    in as long a window without the looper (its timers, its busy poll)."""
+    i0 = thread_cpu(pid)
+    time.sleep(seconds)
+    i1 = thread_cpu(pid)
     s0, c0 = last_serial(log), thread_cpu(pid)
     loop = Looper(port, nice)
     time.sleep(seconds)
@@ -129,14 +141,48 @@ def reload_cost(pid, log, port, nice, seconds):
     if n <= 0:
         print("reload cost: no reload in the window")
         return
-    parts = ", ".join(f"{k} {(c1[k] - c0.get(k, 0)) / n * 1e3:.2f}" for k in sorted(c1))
-    print(f"reload cost: {n} reloads in {seconds:.0f} s; CPU ms per reload: {parts}")
+    idle = {k: i1.get(k, 0) - i0.get(k, 0) for k in c1}
+    parts = ", ".join(f"{k} {(c1[k] - c0.get(k, 0) - idle[k]) / n * 1e3:.3f}" for k in sorted(c1))
+    print(f"reload cost: {n} reloads in {seconds:.0f} s; CPU ms per reload (less the idle "
+          f"window's): {parts}")
 
 
 def stats_ms(walls):
     s = sorted(walls)
     return (f"median {statistics.median(s) * 1e3:.2f} ms, p90 {s[int(len(s) * 0.9)] * 1e3:.2f} ms,"
             f" max {s[-1] * 1e3:.2f} ms")
+
+
+def start_proxy(build, users, dcport, suffix=""):
+    """A proxy with users users in its config, users-file and the API on loopback (one
+    worker); waits for its API. Returns (process, its port, its API port, its log, secret)."""
+    from scrapeload import many_users_config
+    from harness import free_ports
+    work = tempfile.mkdtemp(prefix=f"mtproxy-api{suffix}.")
+    port, mport, aport = free_ports(3)
+    conf = os.path.join(work, "many.conf")
+    extra = (f"users-file = {work}/users.conf\napi = 127.0.0.1:{aport}\n"
+             f"api-token = {TOKEN}\n")
+    secret = many_users_config(conf, users, f"127.0.0.1:{dcport}", f"127.0.0.1:{mport}", extra)
+    log = os.path.join(work, "log")
+    proxy = subprocess.Popen([os.path.join(build, "mtproxy"), "--config", conf, "--listen",
+                              f"127.0.0.1:{port}", "--workers", "1", "--dc-builtin", "off",
+                              "--mask", "off", "--tls-profile", "off",
+                              "--state-file", os.path.join(work, "state"),
+                              "--log", log],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 60
+    while True:
+        try:
+            if call(aport, "GET", "/api/v1/health")[0] == 200:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > end:
+            proxy.kill()
+            raise RuntimeError("the API did not answer")
+        time.sleep(0.2)
+    return proxy, port, aport, log, secret
 
 
 def main():
@@ -148,41 +194,26 @@ def main():
     ap.add_argument("--phases", type=int, default=10)
     ap.add_argument("--nice", type=int, default=0)
     ap.add_argument("--cost", type=float, default=3.0)
+    ap.add_argument("--loop", choices=("crud", "other"), default="crud")
     a = ap.parse_args()
     from scrapeload import enter_loopback_netns
     enter_loopback_netns()
-    from scrapeload import echo_dc, Pinger, interleaved, many_users_config, pct
+    from scrapeload import echo_dc, Pinger, interleaved, pct
     from harness import free_ports
 
     build = os.path.abspath(a.build_dir)
-    work = tempfile.mkdtemp(prefix="mtproxy-api.")
-    dcport, port, mport, aport = free_ports(4)
+    (dcport,) = free_ports(1)
     dc = echo_dc(build, dcport)
-    conf = os.path.join(work, "many.conf")
-    extra = (f"users-file = {work}/users.conf\napi = 127.0.0.1:{aport}\n"
-             f"api-token = {TOKEN}\n")
-    secret = many_users_config(conf, a.users, f"127.0.0.1:{dcport}", f"127.0.0.1:{mport}",
-                               extra)
-    log = os.path.join(work, "log")
-    proxy = subprocess.Popen([os.path.join(build, "mtproxy"), "--config", conf, "--listen",
-                              f"127.0.0.1:{port}", "--workers", "1", "--dc-builtin", "off",
-                              "--mask", "off", "--tls-profile", "off",
-                              "--state-file", os.path.join(work, "state"),
-                              "--log", log],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = []
     try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                if call(aport, "GET", "/api/v1/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > end:
-                raise RuntimeError("the API did not answer")
-            time.sleep(0.2)
+        proxy, port, aport, log, secret = start_proxy(build, a.users, dcport)
+        procs.append(proxy)
+        loop_port = aport
+        if a.loop == "other":  # the same loop, against a second proxy that relays nothing
+            other, _, loop_port, _, _ = start_proxy(build, a.users, dcport, "-other")
+            procs.append(other)
         print(f"users {a.users} in the config, build {a.build_dir}, work dir on "
-              f"{subprocess.run(['stat', '-f', '-c', '%T', work], capture_output=True, text=True).stdout.strip()}")
+              f"{subprocess.run(['stat', '-f', '-c', '%T', os.path.dirname(log)], capture_output=True, text=True).stdout.strip()}")
         for what, method, path, body in (
                 ("POST /api/v1/users", "POST", "/api/v1/users", True),
                 ("GET /api/v1/users/NAME", "GET", "/api/v1/users/b{i}", None),
@@ -197,15 +228,16 @@ def main():
             print(f"{what} x{a.calls}: {stats_ms(walls)}")
         pinger = Pinger(f"127.0.0.1:{port}", secret)
         pinger.run(500, 5)
-        loop = Looper(aport, a.nice)
+        loop = Looper(loop_port, a.nice)
         try:
             quiet, busy = interleaved(pinger, loop, a.rounds, phases=a.phases, max_phase_s=3)
         finally:
             turns = loop.stop()
         ok = sum(1 for t in turns if t == ["201", "200", "200", "200"])
+        where = "on a second proxy" if a.loop == "other" else ""
         print(f"ping-pong without the API loop: p50 {pct(quiet, 50) * 1e3:.3f} ms p99 "
               f"{pct(quiet, 99) * 1e3:.3f} ms max {max(quiet) * 1e3:.3f} ms ({len(quiet)})")
-        print(f"ping-pong with the API loop:    p50 {pct(busy, 50) * 1e3:.3f} ms p99 "
+        print(f"ping-pong with the API loop{where and ' ' + where}: p50 {pct(busy, 50) * 1e3:.3f} ms p99 "
               f"{pct(busy, 99) * 1e3:.3f} ms max {max(busy) * 1e3:.3f} ms ({len(busy)}; "
               f"{len(turns)} loop turns, {ok} all answered as expected)")
         print(f"p99 ratio with/without the API loop: {pct(busy, 99) / pct(quiet, 99):.2f}")
@@ -213,8 +245,15 @@ def main():
         if a.cost > 0:
             reload_cost(proxy.pid, log, aport, a.nice, a.cost)
     finally:
-        proxy.terminate()
-        proxy.wait(10)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                print(f"the proxy (pid {p.pid}) did not stop in 10 s after SIGTERM: killed")
+                p.kill()
+                p.wait()
         dc.kill()
         dc.wait()
 
