@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pwd.h>
@@ -1006,6 +1007,15 @@ static void app_reload_job(void *arg)
     app_reload(arg);
 }
 
+/* On the way out: an API change waiting for its reload (or about to raise SIGHUP for it) is
+ * answered at once as refused (the API puts users-file back), since no reload runs any more;
+ * else the API thread would wait out API_RELOAD_WAIT and the stop with it. */
+static void api_reloads_close(struct api_reloads *rl)
+{
+    api_reload_end(rl, 0, "the proxy is stopping");
+    atomic_store(&rl->done, ULONG_MAX / 2); /* past any reload a caller may wait for */
+}
+
 /* Until SIGTERM or SIGINT: SIGHUP reloads (in the reloader, at idle priority: the relays never
  * wait for a build), SIGUSR1 logs the counters, and every few seconds the quota used goes to
  * the state file; the generations the threads let go are freed (gen_reap). */
@@ -1029,6 +1039,7 @@ static int app_run(struct app *a)
             log_stats(a->pws, a->ws, a->nworkers);
         } else {
             log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            api_reloads_close(&a->api_rl);
             sd_notify_state("STOPPING=1");
             a->ran = 1;
             return 0;
