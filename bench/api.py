@@ -16,7 +16,9 @@ loopback, DC 2 an echoing fake_dc; re-runs itself in a network namespace with on
      (create, get, patch, delete: three reloads per turn; the looper at nice --nice, default
      0; with --loop other, the same loop against a second proxy instance that relays nothing:
      the looper's own CPU and the reloads' on the same cores, none of it in the relaying
-     process): p50, p99, max of each side and the p99 ratio;
+     process): p50, p99, max of each side and the p99 ratio, and how long the relaying
+     worker thread waited for a CPU per round trip on each side (its schedstat: what the data
+     path notices of whatever else runs);
   3. what a reload costs the proxy: the looper alone for --cost seconds (default 3; 0: skipped),
      CPU time per reload of the main thread and the reloader (the build), each worker
      (adopting it) and the metrics/API thread (the API's side: users-file written, the call answered), from
@@ -50,13 +52,11 @@ def call(port, method, path, body=None):
     return r.status, data
 
 
-# The API looper: create, get, patch, delete (or, with "get", four GETs of user b0), forever;
-# prints one line per turn.
+# The API looper: create, get, patch, delete, forever; prints one line per turn.
 LOOPER = r"""
 import http.client, json, os, sys
 port, token = int(sys.argv[1]), sys.argv[2]
 os.nice(int(sys.argv[3]))
-gets = sys.argv[4] == "get"
 def call(m, p, b=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request(m, p, body=json.dumps(b) if b is not None else None,
@@ -67,9 +67,6 @@ i = 0
 while True:
     n = f"loop{i}"
     i += 1
-    if gets:
-        print("TURN", *[call("GET", "/api/v1/users/b0") for _ in range(4)], flush=True)
-        continue
     st = (call("POST", "/api/v1/users", {"name": n, "limits": {"conns": 3}}),
           call("GET", f"/api/v1/users/{n}"),
           call("PATCH", f"/api/v1/users/{n}", {"limits": {"conns": 4}}),
@@ -79,18 +76,41 @@ while True:
 
 
 class Looper:
-    """The API looper process; pause() and resume() stop and continue it."""
+    """The API looper process; pause() and resume() stop and continue it. Given a thread's
+    schedstat file (the relaying worker's), it also adds up how long that thread waited for a
+    CPU while the looper ran (busy) and while it was stopped (quiet)."""
 
-    def __init__(self, port, nice, kind="crud"):
-        self.p = subprocess.Popen([sys.executable, "-c", LOOPER, str(port), TOKEN, str(nice), kind],
+    def __init__(self, port, nice, schedstat=None):
+        self.p = subprocess.Popen([sys.executable, "-c", LOOPER, str(port), TOKEN, str(nice)],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   stdin=subprocess.DEVNULL)
+        self.schedstat = schedstat
+        self.wait = {"busy": [0], "quiet": [0]}  # side: [ns waited]
+        self.mark = None  # (side, ns waited) at the side's start
+
+    def _switch(self, side):
+        if not self.schedstat:
+            return
+        with open(self.schedstat) as f:
+            waited = int(f.read().split()[1])
+        if self.mark:
+            self.wait[self.mark[0]][0] += waited - self.mark[1]
+        self.mark = (side, waited)
 
     def pause(self):
         self.p.send_signal(19)
+        self._switch("quiet")
 
     def resume(self):
+        self._switch("busy")
         self.p.send_signal(18)
+
+    def wait_line(self, nquiet, nbusy):
+        """The worker's run-queue wait per round trip of each side (the busy side's includes
+        its warm-ups, when the loop runs without round trips)."""
+        q, b = self.wait["quiet"][0] / 1e3 / nquiet, self.wait["busy"][0] / 1e3 / nbusy
+        return (f"the worker waited for a CPU {q:.1f} us per round trip without the API loop, "
+                f"{b:.1f} us with it")
 
     def stop(self):
         self.p.kill()
@@ -115,6 +135,15 @@ def thread_cpu(pid):
                 else "metrics/API")
         out[name] = out.get(name, 0) + ns / 1e9
     return out
+
+
+def worker_schedstat(pid):
+    """The schedstat file of the proxy's worker 0 (None: the threads are not named)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            if f.read().strip() == "mtproxy/w0":
+                return f"/proc/{pid}/task/{tid}/schedstat"
+    return None
 
 
 def last_serial(log):
@@ -228,7 +257,7 @@ def main():
             print(f"{what} x{a.calls}: {stats_ms(walls)}")
         pinger = Pinger(f"127.0.0.1:{port}", secret)
         pinger.run(500, 5)
-        loop = Looper(loop_port, a.nice)
+        loop = Looper(loop_port, a.nice, worker_schedstat(proxy.pid))
         try:
             quiet, busy = interleaved(pinger, loop, a.rounds, phases=a.phases, max_phase_s=3)
         finally:
@@ -241,6 +270,8 @@ def main():
               f"{pct(busy, 99) * 1e3:.3f} ms max {max(busy) * 1e3:.3f} ms ({len(busy)}; "
               f"{len(turns)} loop turns, {ok} all answered as expected)")
         print(f"p99 ratio with/without the API loop: {pct(busy, 99) / pct(quiet, 99):.2f}")
+        if loop.schedstat:
+            print(loop.wait_line(len(quiet), len(busy)))
         pinger.close()
         if a.cost > 0:
             reload_cost(proxy.pid, log, aport, a.nice, a.cost)
