@@ -116,7 +116,7 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
 /* Command bit for worker_post: a new generation waits in next_gen. */
 #define PROXY_CMD_GEN 1
 
-/* Main thread: hands generation g to the worker (takes a reference for it); the worker adopts
+/* Main or the reloader thread: hands generation g to the worker (takes a reference for it); the worker adopts
  * it in its own thread (new connections use it; connections of users g no longer has are
  * closed; live ones keep theirs). Only a g that removed users wakes the worker (their
  * connections end now); any other waits for the worker's next accept, which takes it before

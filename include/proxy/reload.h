@@ -19,8 +19,8 @@
 /*
  * A generation is everything the workers take from the config: the options and the tables
  * derived from them (users and their limits, DC table, fronting targets, access list with its
- * files read, in middle mode the ME table). It is built and checked whole on the main thread
- * (reload_build); if anything is wrong it is thrown away with every error logged as file:line
+ * files read, in middle mode the ME table). It is built and checked whole (reload_build: in
+ * main at start, in the reloader thread on SIGHUP); if anything is wrong it is thrown away with every error logged as file:line
  * and the running generation stays. Once built it is never changed. A good one is handed to
  * every worker (proxy_worker_post_gen, through worker_post): new connections use it, a live
  * connection keeps the generation it started with (it holds a reference) until it ends,
@@ -28,20 +28,23 @@
  * or with removed-user = drain once drain-timeout has passed: gen_user_fate). A worker
  * that adopts a generation with another ME table starts links to it (middle_adopt). The last
  * reference frees a generation: in the thread that drops it, or, for a generation built with
- * a reaper (the proxy's), in main's next gen_reap, so that a worker never spends its loop
- * freeing a generation, nor waits on the lock of the allocator arena main built it in.
+ * a reaper (the proxy's), in the next gen_reap (main's state-file tick, the reloader's next
+ * job), so that a worker never spends its loop freeing a generation, nor waits on the lock of
+ * the allocator arena it was built in.
  *
- * What a reload costs the relay is kept small this way: the build runs in main, which sits at
- * idle priority (worker_thread_idle) once the workers run; a worker's adoption is O(1) but for
- * a walk over its live connections when the generation removed users (or drains are under
- * way); the old generation goes back to main.
+ * What a reload costs the relay is kept small this way: the build runs in the reloader thread
+ * at idle priority (struct reloader); a worker's adoption is O(1) but for a walk over its live
+ * connections when the generation removed users (or drains are under way), and only a
+ * generation that removed users wakes it (proxy_worker_post_gen); the old generation goes back
+ * to the reaper.
  */
 
 struct me_table;
 struct prefix_map;
 struct gen;
 
-/* Generations whose last reference was dropped, to be freed by main (a lock-free stack). */
+/* Generations whose last reference was dropped, to be freed by main or the reloader (a
+ * lock-free stack). */
 struct gen_reaper {
     struct gen *_Atomic head;
 };
@@ -143,7 +146,8 @@ void reloader_run(struct reloader *rd);
 /* Ends and joins the thread (if it was started). */
 void reloader_stop(struct reloader *rd);
 
-/* Maps g's secrets to user ids (new names get new ids) and their limit lines. Main thread.
+/* Maps g's secrets to user ids (new names get new ids) and their limit lines. The thread that
+ * builds (main at start, the reloader on SIGHUP; one at a time).
  * Returns 0, or -1 (out of memory / too many users). */
 int gen_map_users(struct gen *g);
 
@@ -152,7 +156,8 @@ void gen_ref(struct gen *g);
  * reaper (g->reaper) puts it on the reaper's stack (any thread; lock-free). */
 void gen_unref(struct gen *g);
 
-/* The thread that owns r (main): frees the generations on r's stack. Returns how many. */
+/* Main or the reloader (never both at once): frees the generations on r's stack. Returns how
+ * many. */
 int gen_reap(struct gen_reaper *r);
 
 /* Writes the keys whose change needs a restart (listen, workers, user, ...) that differ
