@@ -20,9 +20,10 @@
  * A generation is everything the workers take from the config: the options and the tables
  * derived from them (users and their limits, DC table, fronting targets, access list with its
  * files read, in middle mode the ME table). It is built and checked whole (reload_build: in
- * main at start, in the reloader thread on SIGHUP); if anything is wrong it is thrown away with every error logged as file:line
- * and the running generation stays. Once built it is never changed. A good one is handed to
- * every worker (proxy_worker_post_gen, through worker_post): new connections use it, a live
+ * main at start, in the reloader thread on SIGHUP); if anything is wrong it is thrown away
+ * with every error logged as file:line and the running generation stays. Once built it is
+ * never changed. A good one is handed to every worker (proxy_worker_post_gen): new
+ * connections use it, a live
  * connection keeps the generation it started with (it holds a reference) until it ends,
  * except that the connections of a user the new generation no longer has are closed (at once,
  * or with removed-user = drain once drain-timeout has passed: gen_user_fate). A worker
