@@ -116,12 +116,12 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
 /* Command bit for worker_post: a new generation waits in next_gen. */
 #define PROXY_CMD_GEN 1
 
-/* Main or the reloader thread: hands generation g to the worker (takes a reference for it); the worker adopts
- * it in its own thread (new connections use it; connections of users g no longer has are
- * closed; live ones keep theirs). Only a g that removed users wakes the worker (their
- * connections end now); any other waits for the worker's next accept, which takes it before
- * anything else, or its next sweep (within a second): a reload that changes nothing for the
- * live connections costs the relay loop no wake-up. */
+/* Main or the reloader thread: hands generation g to the worker (takes a reference for it);
+ * the worker adopts it in its own thread (new connections use it; connections of users g no
+ * longer has are closed; live ones keep theirs). Only a g that removed users wakes the worker
+ * (their connections end now); any other waits for the worker's next accept, which takes it
+ * before anything else, or its next sweep (within a second): a reload that changes nothing
+ * for the live connections costs the relay loop no wake-up. */
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g);
 
 /* Worker thread: adopts the generation main posted, if there is one (a relaxed load if not). */
