@@ -63,6 +63,7 @@ struct proxy_worker {
     ev_timer sweep_timer;              /* every second: quota / expiry of live connections */
     ev_timer drain_timer;              /* removed-user = drain: the next drain_at of a live
                                         * connection (stopped while none drains) */
+    int draining;                      /* some live connection drains (drain_schedule) */
     struct ipcount accepts;            /* accept-rate: per source, accepts in this second */
     ev_tstamp accepts_second;
     uint32_t accepts_max;              /* accept-rate for this worker (0 = off) */

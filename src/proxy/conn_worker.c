@@ -59,6 +59,7 @@ static void drain_schedule(struct proxy_worker *pw, double next)
 {
     struct ev_loop *loop = pw->w->loop;
     ev_timer_stop(loop, &pw->drain_timer);
+    pw->draining = next != 0;
     if (next == 0)
         return;
     double in = next - ev_now(loop);
@@ -148,9 +149,9 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     }
     /* The live connections are looked at only if a user may be gone or back: g removed some
      * from the one before it, a generation between old and g was never taken, or drains
-     * are under way (a user back in g stops draining). */
-    if (old && (g->removed || g->serial != old->serial + 1 ||
-                ev_is_active(&pw->drain_timer)))
+     * are under way (a user back in g stops draining; not the drain timer's activity: it is
+     * stopped while its own callback takes a generation). */
+    if (old && (g->removed || g->serial != old->serial + 1 || pw->draining))
         gen_users_apply(pw, g);
     middle_adopt(pw, g, old); /* another ME table: links to it, the old ones drain */
     gen_unref(old);           /* with a reaper (the proxy's), main frees it */

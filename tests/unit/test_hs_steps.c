@@ -420,6 +420,42 @@ static void test_gen_posted(void **state)
     fx_free(f);
 }
 
+/* removed-user = drain: a user removed, then back in a generation posted without a wake-up,
+ * stops draining even when the drain timer's own callback is what takes that generation (a
+ * fired one-shot timer is no longer active there). */
+static void test_gen_back_stops_drain(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new("secret = a:" K1 "\nsecret = b:" K2 "\n",
+                          "removed-user = drain\ndrain-timeout = 60s\n");
+    struct conn *c = fx_accept(f);
+    c->uid = users_find(&f->users, "b"); /* as if admitted (hs_gate) */
+    assert_true(c->uid >= 0);
+    c->us = users_wstats(&f->users, 0, (uint32_t)c->uid);
+    STAT_INC(&c->us->active);
+    struct gen *g2 = fx_reload(f, "secret = a:" K1 "\nremoved-user = drain\n"
+                                  "drain-timeout = 60s\n");
+    proxy_worker_post_gen(&f->pw, g2);
+    assert_int_equal(atomic_exchange(&f->w.cmd_pending, 0), PROXY_CMD_GEN); /* the wake-up */
+    proxy_worker_take_gen(&f->pw);
+    assert_true(c->drain_at > 0); /* b's connection drains */
+    c->drain_at = 1;              /* and its drain-timeout has passed */
+    struct gen *g3 = fx_reload(f, "secret = a:" K1 "\nsecret = b:" K2 "\n"
+                                  "removed-user = drain\ndrain-timeout = 60s\n");
+    assert_int_equal(g3->removed, 0);
+    proxy_worker_post_gen(&f->pw, g3);
+    assert_int_equal(atomic_load(&f->w.cmd_pending), 0);
+    ev_timer_stop(f->w.loop, &f->pw.drain_timer); /* what libev does before the callback */
+    ev_invoke(f->w.loop, &f->pw.drain_timer, EV_TIMER);
+    assert_ptr_equal(f->pw.gen, g3);
+    assert_int_not_equal(c->state, CS_FREE); /* not closed as drained */
+    assert_true(c->drain_at == 0);
+    gen_unref(g2);
+    gen_unref(g3);
+    fx_close(f, CR_SHUTDOWN);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_tls_only_rejects), cmocka_unit_test(test_proxy_header),
         cmocka_unit_test(test_tls_answered),   cmocka_unit_test(test_tls_bad_hmac),
         cmocka_unit_test(test_tls_unknown_sni), cmocka_unit_test(test_gen_posted),
+        cmocka_unit_test(test_gen_back_stops_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
