@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pwd.h>
@@ -571,6 +572,8 @@ struct app {
     struct reload_start start;
     struct config_errors errs;
     struct gen *g;            /* the running generation */
+    struct gen_reaper reaper; /* the proxy's generations are freed here (main, the reloader) */
+    struct reloader reloader; /* SIGHUP's reload runs there, at idle priority */
     struct run_user user;
     /* preflight */
     sigset_t sigs;            /* what the run waits for */
@@ -651,6 +654,7 @@ static int app_configure(struct app *a)
     if (run) {
         a->rl.users = &a->users;
         a->rl.start = &a->start;
+        a->rl.reaper = &a->reaper;
     }
     a->g = reload_build(&a->rl, NULL, &a->errs);
     a->rl.start = NULL;
@@ -1002,7 +1006,7 @@ static void app_reload(struct app *a)
     if (a->rl.nrestart)
         log_warn("SIGHUP: %s changed: %s only after a restart (the running value stays)",
                  a->rl.restart_keys, a->rl.nrestart == 1 ? "it takes effect" : "they take effect");
-    uint32_t removed = reload_removed_users(cur, g);
+    uint32_t removed = g->removed;
     log_set_level((enum log_level)g->opt.log_level);
     reload_commit(&a->rl, g);
     for (int i = 0; i < a->nworkers; i++)
@@ -1028,24 +1032,44 @@ static void app_reload(struct app *a)
                  g->me->naddrs == 1 ? "" : "es");
 }
 
-/* Until SIGTERM or SIGINT: SIGHUP reloads, SIGUSR1 logs the counters, and every few seconds
- * the quota used goes to the state file. */
+static void app_reload_job(void *arg)
+{
+    app_reload(arg);
+}
+
+/* On the way out: an API change waiting for its reload (or about to raise SIGHUP for it) is
+ * answered at once as refused (the API puts users-file back), since no reload runs any more;
+ * else the API thread would wait out API_RELOAD_WAIT and the stop with it. */
+static void api_reloads_close(struct api_reloads *rl)
+{
+    api_reload_end(rl, 0, "the proxy is stopping");
+    atomic_store(&rl->done, ULONG_MAX / 2); /* past any reload a caller may wait for */
+}
+
+/* Until SIGTERM or SIGINT: SIGHUP reloads (in the reloader, at idle priority: the relays never
+ * wait for a build), SIGUSR1 logs the counters, and every few seconds the quota used goes to
+ * the state file; the generations the threads let go are freed (gen_reap). */
 static int app_run(struct app *a)
 {
+    int rc = reloader_start(&a->reloader, app_reload_job, a, &a->reaper);
+    if (rc)
+        log_warn("reloads run at normal priority: no thread for them: %s", strerror(rc));
     for (;;) {
         struct timespec ts = {STATE_SAVE_SECONDS, 0};
         int sig = sigtimedwait(&a->sigs, NULL, &ts);
         if (sig < 0) {
+            gen_reap(&a->reaper); /* those let go since the last reload */
             state_save(&a->saver, a->g, 0);
         } else if (sig == SIGHUP) {
             struct gen *before = a->g;
             api_reload_begin(&a->api_rl);
-            app_reload(a);
+            reloader_run(&a->reloader);
             api_reload_end(&a->api_rl, a->g != before, a->errs.count ? a->errs.msg[0] : NULL);
         } else if (sig == SIGUSR1) {
             log_stats(a->pws, a->ws, a->nworkers);
         } else {
             log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            api_reloads_close(&a->api_rl);
             sd_notify_state("STOPPING=1");
             a->ran = 1;
             return 0;
@@ -1058,6 +1082,7 @@ static int app_run(struct app *a)
  * that were set up but never stopped to the exit). */
 static void app_stop(struct app *a)
 {
+    reloader_stop(&a->reloader);
     if (a->ran) {
         metrics_server_stop(a->msrv); /* it reads the workers' counters */
         for (int i = 0; i < a->nworkers; i++)
@@ -1080,6 +1105,7 @@ static void app_stop(struct app *a)
         free(a->pws);
         replay_free(a->replay);
         gen_unref(a->g);
+        gen_reap(&a->reaper);
         users_destroy(&a->users);
     }
     free(a->saver.last);

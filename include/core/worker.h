@@ -95,6 +95,14 @@ int worker_start(struct worker *w);
  * halted CPU (the non-blocking passes run due timers too). 0 = off. Call before start. */
 void worker_set_busy_poll(struct worker *w, unsigned us);
 
+/* The calling thread takes the smallest share of a CPU, so that relays always win: SCHED_IDLE
+ * (a relay thread that wakes preempts it at once, and it never preempts one), and nice 19, the
+ * next best (it still runs out a slice of ~1 ms before a waking thread gets the CPU), in case
+ * SCHED_IDLE is refused. Both are the thread's own on Linux and stay for its life (an
+ * unprivileged thread may not come back from them); threads it creates later inherit them. A
+ * refusal (a container) is only logged at debug level, under who's name. */
+void worker_thread_idle(const char *who);
+
 /* Runs the loop in the calling thread until stopped (for tests and single-thread mode). */
 void worker_run(struct worker *w);
 

@@ -63,6 +63,7 @@ struct proxy_worker {
     ev_timer sweep_timer;              /* every second: quota / expiry of live connections */
     ev_timer drain_timer;              /* removed-user = drain: the next drain_at of a live
                                         * connection (stopped while none drains) */
+    int draining;                      /* some live connection drains (drain_schedule) */
     struct ipcount accepts;            /* accept-rate: per source, accepts in this second */
     ev_tstamp accepts_second;
     uint32_t accepts_max;              /* accept-rate for this worker (0 = off) */
@@ -116,10 +117,16 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
 /* Command bit for worker_post: a new generation waits in next_gen. */
 #define PROXY_CMD_GEN 1
 
-/* Main thread: hands generation g to the worker (takes a reference for it) and wakes it; the
- * worker adopts it in its own thread (new connections use it; connections of users g no
- * longer has are closed; live ones keep theirs). */
+/* Main or the reloader thread: hands generation g to the worker (takes a reference for it);
+ * the worker adopts it in its own thread (new connections use it; connections of users g no
+ * longer has are closed; live ones keep theirs). Only a g that removed users wakes the worker
+ * (their connections end now); any other waits for the worker's next accept, which takes it
+ * before anything else, or its next sweep (within a second): a reload that changes nothing
+ * for the live connections costs the relay loop no wake-up. */
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g);
+
+/* Worker thread: adopts the generation main posted, if there is one (a relaxed load if not). */
+void proxy_worker_take_gen(struct proxy_worker *pw);
 
 /* Frees the pools (after the worker's loop has ended). */
 void proxy_worker_destroy(struct proxy_worker *pw);

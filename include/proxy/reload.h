@@ -2,6 +2,8 @@
 #ifndef MTPROXY_PROXY_RELOAD_H
 #define MTPROXY_PROXY_RELOAD_H
 
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -17,19 +19,36 @@
 /*
  * A generation is everything the workers take from the config: the options and the tables
  * derived from them (users and their limits, DC table, fronting targets, access list with its
- * files read, in middle mode the ME table). It is built and checked whole on the main thread
- * (reload_build); if anything is wrong it is thrown away with every error logged as file:line
- * and the running generation stays. Once built it is never changed. A good one is handed to
- * every worker (proxy_worker_post_gen, through worker_post): new connections use it, a live
+ * files read, in middle mode the ME table). It is built and checked whole (reload_build: in
+ * main at start, in the reloader thread on SIGHUP); if anything is wrong it is thrown away
+ * with every error logged as file:line and the running generation stays. Once built it is
+ * never changed. A good one is handed to every worker (proxy_worker_post_gen): new
+ * connections use it, a live
  * connection keeps the generation it started with (it holds a reference) until it ends,
  * except that the connections of a user the new generation no longer has are closed (at once,
  * or with removed-user = drain once drain-timeout has passed: gen_user_fate). A worker
  * that adopts a generation with another ME table starts links to it (middle_adopt). The last
- * reference frees a generation (in whichever thread drops it).
+ * reference frees a generation: in the thread that drops it, or, for a generation built with
+ * a reaper (the proxy's), in the next gen_reap (main's state-file tick, the reloader's next
+ * job), so that a worker never spends its loop freeing a generation, nor waits on the lock of
+ * the allocator arena it was built in.
+ *
+ * What a reload costs the relay is kept small this way: the build runs in the reloader thread
+ * at idle priority (struct reloader); a worker's adoption is O(1) but for a walk over its live
+ * connections when the generation removed users (or drains are under way), and only a
+ * generation that removed users wakes it (proxy_worker_post_gen); the old generation goes back
+ * to the reaper.
  */
 
 struct me_table;
 struct prefix_map;
+struct gen;
+
+/* Generations whose last reference was dropped, to be freed by main or the reloader (a
+ * lock-free stack). */
+struct gen_reaper {
+    struct gen *_Atomic head;
+};
 
 struct gen {
     _Atomic int refs;
@@ -49,6 +68,11 @@ struct gen {
     uint32_t nusers;
     int state_secret;               /* the secret is the generated one from state-file */
     struct prefix_map *pmap;        /* listen-prefix: address -> user (proxy/prefix.h), or NULL */
+    uint32_t removed;               /* users the running generation had and this one has not
+                                     * (reload_removed_users; 0 for the first) */
+    int has_ee;                     /* a secret is an ee (FakeTLS) one */
+    struct gen_reaper *reaper;      /* the last reference goes there (NULL: freed at once) */
+    struct gen *reap_next;          /* on the reaper's stack */
 };
 
 /* Start-up's part of the first build (reload_build with reload.start set and no old
@@ -75,6 +99,7 @@ struct reload {
     int tool;                /* links, doctor: ME files that do not load leave g->me NULL */
     char me_err[CONFIG_ERR_LEN]; /* the last build's ME files did not load (reload, tool):
                                   * why ("" if they did or are not used) */
+    struct gen_reaper *reaper; /* NULL, or where the generations it builds are freed */
     int nrestart;            /* the last reload's changed keys that need a restart: how many, */
     char restart_keys[512];  /* and their names (reload_restart_keys) */
 };
@@ -88,7 +113,8 @@ void reload_init(struct reload *r, struct users *users, const char *config_path,
  * files, then start-up's part (r->start). On a reload, a generated secret stays, and ME files
  * that do not load keep old's table (why: r->me_err), and keys that need a restart keep old's
  * values (r->nrestart, r->restart_keys); at start ME files that do not load are an error. Users are
- * mapped (gen_map_users) unless the build found no secret or r has no registry. Every error
+ * mapped (gen_map_users) unless the build found no secret or r has no registry; g->removed
+ * counts old's users g no longer has, g->has_ee says if a secret is ee. Every error
  * goes to errs. Returns the generation (one reference, serial not yet assigned: see
  * reload_commit), or NULL. */
 struct gen *reload_build(struct reload *r, const struct gen *old, struct config_errors *errs);
@@ -96,13 +122,44 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
 /* Gives g the next serial (call once g is accepted). */
 void reload_commit(struct reload *r, struct gen *g);
 
-/* Maps g's secrets to user ids (new names get new ids) and their limit lines. Main thread.
+/* The thread main's reloads run in, at idle priority (worker_thread_idle), so that a reload's
+ * build, its links-file and state-file never take a CPU from a relay; main itself stays at
+ * normal priority (signals, the state-file tick, the stop). One job at a time: main hands it
+ * one and waits for its end, so what main owns needs no lock. */
+struct reloader {
+    pthread_t thread;
+    sem_t go, done;
+    int started;
+    int stop;                  /* written before go is posted */
+    void (*fn)(void *arg);
+    void *arg;
+    struct gen_reaper *reaper; /* emptied before each job (NULL: none) */
+};
+
+/* Starts the thread that will run fn(arg) for each reloader_run. Returns 0, or an errno value
+ * (then reloader_run runs fn in the caller). */
+int reloader_start(struct reloader *rd, void (*fn)(void *), void *arg, struct gen_reaper *reaper);
+
+/* Runs one job (fn(arg), after freeing the reaper's generations) in the thread and waits for
+ * its end; without a thread, in the caller. */
+void reloader_run(struct reloader *rd);
+
+/* Ends and joins the thread (if it was started). */
+void reloader_stop(struct reloader *rd);
+
+/* Maps g's secrets to user ids (new names get new ids) and their limit lines. The thread that
+ * builds (main at start, the reloader on SIGHUP; one at a time).
  * Returns 0, or -1 (out of memory / too many users). */
 int gen_map_users(struct gen *g);
 
 void gen_ref(struct gen *g);
-/* Drops a reference; the last one frees g (tables, ME table reference, options). */
+/* Drops a reference; the last one frees g (tables, ME table reference, options), or with a
+ * reaper (g->reaper) puts it on the reaper's stack (any thread; lock-free). */
 void gen_unref(struct gen *g);
+
+/* Main or the reloader (never both at once): frees the generations on r's stack. Returns how
+ * many. */
+int gen_reap(struct gen_reaper *r);
 
 /* Writes the keys whose change needs a restart (listen, workers, user, ...) that differ
  * between old and g, comma-separated, into out, and puts old's values back into g (they

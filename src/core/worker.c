@@ -4,9 +4,14 @@
 #include <errno.h>
 #include <time.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -212,8 +217,26 @@ void worker_run(struct worker *w)
 
 static void *thread_main(void *arg)
 {
-    worker_run(arg);
+    struct worker *w = arg;
+#ifdef __linux__
+    char name[16]; /* "mtproxy/wN": how top, perf and bench/api.py tell the threads apart */
+    snprintf(name, sizeof name, "mtproxy/w%d", w->id);
+    pthread_setname_np(pthread_self(), name);
+#endif
+    worker_run(w);
     return NULL;
+}
+
+void worker_thread_idle(const char *who)
+{
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0)
+        log_debug("%s: nice 19: %s", who, strerror(errno));
+#ifdef SCHED_IDLE
+    struct sched_param sp = {0};
+    int rc = pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    if (rc)
+        log_debug("%s: SCHED_IDLE: %s", who, strerror(rc));
+#endif
 }
 
 int worker_start(struct worker *w)

@@ -39,6 +39,7 @@ static void on_sweep_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct proxy_worker *pw = t->data;
     double now = ev_now(loop);
+    proxy_worker_take_gen(pw); /* one posted without a wake-up */
     ciphers_park_idle(pw, now);
     for (struct conn *c = pw->live, *next; c; c = next) {
         next = c->next;
@@ -58,6 +59,7 @@ static void drain_schedule(struct proxy_worker *pw, double next)
 {
     struct ev_loop *loop = pw->w->loop;
     ev_timer_stop(loop, &pw->drain_timer);
+    pw->draining = next != 0;
     if (next == 0)
         return;
     double in = next - ev_now(loop);
@@ -70,6 +72,7 @@ static void drain_schedule(struct proxy_worker *pw, double next)
 static void on_drain_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct proxy_worker *pw = t->data;
+    proxy_worker_take_gen(pw); /* a user back in a generation posted since stops draining */
     double now = ev_now(loop), next = 0;
     for (struct conn *c = pw->live, *n; c; c = n) {
         n = c->next;
@@ -123,9 +126,7 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     pw->dcs = &g->dcs;
     pw->masks = &g->masks;
     pw->acl = &g->acl;
-    pw->tls_enabled = 0;
-    for (int i = 0; i < o->nsecrets; i++)
-        pw->tls_enabled |= o->allow_ee && o->secrets[i].kind == SECRET_EE;
+    pw->tls_enabled = o->allow_ee && g->has_ee;
     pw->accepts_max = (uint32_t)((o->accept_rate + (unsigned)pw->nworkers - 1) /
                                  (unsigned)pw->nworkers);
     /* Pieces set up at start keep their settings (restart keys); they point at the new copy. */
@@ -146,20 +147,29 @@ static void gen_adopt(struct proxy_worker *pw, struct gen *g)
     } else {
         pw->dcpool.dcs = &g->dcs;
     }
-    if (old)
+    /* The live connections are looked at only if a user may be gone or back: g removed some
+     * from the one before it, a generation between old and g was never taken, or drains
+     * are under way (a user back in g stops draining; not the drain timer's activity: it is
+     * stopped while its own callback takes a generation). */
+    if (old && (g->removed || g->serial != old->serial + 1 || pw->draining))
         gen_users_apply(pw, g);
     middle_adopt(pw, g, old); /* another ME table: links to it, the old ones drain */
-    gen_unref(old);
+    gen_unref(old);           /* with a reaper (the proxy's), main frees it */
+}
+
+void proxy_worker_take_gen(struct proxy_worker *pw)
+{
+    if (!atomic_load_explicit(&pw->next_gen, memory_order_relaxed))
+        return;
+    struct gen *g = atomic_exchange(&pw->next_gen, NULL);
+    if (g)
+        gen_adopt(pw, g);
 }
 
 static void proxy_on_cmd(struct worker *w, int cmd)
 {
-    struct proxy_worker *pw = w->ctx;
-    if (cmd & PROXY_CMD_GEN) {
-        struct gen *g = atomic_exchange(&pw->next_gen, NULL);
-        if (g)
-            gen_adopt(pw, g);
-    }
+    if (cmd & PROXY_CMD_GEN)
+        proxy_worker_take_gen(w->ctx);
 }
 
 void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
@@ -167,7 +177,8 @@ void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
     gen_ref(g);
     struct gen *prev = atomic_exchange(&pw->next_gen, g);
     gen_unref(prev); /* a generation the worker never took: superseded */
-    worker_post(pw->w, PROXY_CMD_GEN);
+    if (g->removed) /* a skipped one that removed users woke the worker already */
+        worker_post(pw->w, PROXY_CMD_GEN);
 }
 
 void proxy_on_stop(struct worker *w)

@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "core/replay.h"
+#include "core/worker.h"
 #include "proto/http.h"
 #include "proxy/api.h"
 #include "proxy/counters.h"
@@ -1502,22 +1503,12 @@ struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen 
     return s;
 }
 
-/* The server thread: the smallest share of a CPU, so that relays always win. SCHED_IDLE: a
- * relay thread that wakes preempts it at once, and it never preempts one (nice 19, the next
- * best, still runs out a slice of ~1 ms before a waking thread gets the CPU); nice 19 too, if
- * SCHED_IDLE is refused. Both are this thread's own on Linux; a refusal (a container) is
- * only logged. */
+/* The server thread: the smallest share of a CPU, so that relays always win
+ * (worker_thread_idle). */
 static void *metrics_thread(void *arg)
 {
     struct metrics_server *s = arg;
-    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0)
-        log_debug("metrics: nice 19: %s", strerror(errno));
-#ifdef SCHED_IDLE
-    struct sched_param sp = {0};
-    int rc = pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-    if (rc)
-        log_debug("metrics: SCHED_IDLE: %s", strerror(rc));
-#endif
+    worker_thread_idle("metrics");
     ev_run(s->loop, 0);
     return NULL;
 }

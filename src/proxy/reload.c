@@ -1,13 +1,22 @@
 /* reload.c: builds and checks a config generation whole (start and SIGHUP), refcounts it. */
 #include "proxy/reload.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/worker.h"
 #include "proxy/middle.h"
 #include "proxy/prefix.h"
+
+static void reloader_job(struct reloader *rd)
+{
+    if (rd->reaper)
+        gen_reap(rd->reaper);
+    rd->fn(rd->arg);
+}
 
 void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,
                  char **argv)
@@ -41,8 +50,93 @@ void gen_ref(struct gen *g)
 
 void gen_unref(struct gen *g)
 {
-    if (g && atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1)
+    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    struct gen_reaper *r = g->reaper;
+    if (!r) {
         gen_free(g);
+        return;
+    }
+    /* A push on a stack that is only ever emptied whole (gen_reap): no ABA. */
+    struct gen *head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    do
+        g->reap_next = head;
+    while (!atomic_compare_exchange_weak_explicit(&r->head, &head, g, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+int gen_reap(struct gen_reaper *r)
+{
+    int n = 0;
+    for (struct gen *g = atomic_exchange_explicit(&r->head, NULL, memory_order_acquire), *next;
+         g; g = next, n++) {
+        next = g->reap_next;
+        gen_free(g);
+    }
+    return n;
+}
+
+static void *reloader_main(void *arg)
+{
+    struct reloader *rd = arg;
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "mtproxy/reload");
+#endif
+    worker_thread_idle("reload");
+    for (;;) {
+        while (sem_wait(&rd->go) && errno == EINTR)
+            ;
+        if (rd->stop)
+            return NULL;
+        reloader_job(rd);
+        sem_post(&rd->done);
+    }
+}
+
+int reloader_start(struct reloader *rd, void (*fn)(void *), void *arg, struct gen_reaper *reaper)
+{
+    memset(rd, 0, sizeof *rd);
+    rd->fn = fn;
+    rd->arg = arg;
+    rd->reaper = reaper;
+    if (sem_init(&rd->go, 0, 0))
+        return errno;
+    if (sem_init(&rd->done, 0, 0)) {
+        int e = errno;
+        sem_destroy(&rd->go);
+        return e;
+    }
+    int rc = pthread_create(&rd->thread, NULL, reloader_main, rd);
+    if (rc) {
+        sem_destroy(&rd->go);
+        sem_destroy(&rd->done);
+        return rc;
+    }
+    rd->started = 1;
+    return 0;
+}
+
+void reloader_run(struct reloader *rd)
+{
+    if (!rd->started) {
+        reloader_job(rd);
+        return;
+    }
+    sem_post(&rd->go);
+    while (sem_wait(&rd->done) && errno == EINTR)
+        ;
+}
+
+void reloader_stop(struct reloader *rd)
+{
+    if (!rd->started)
+        return;
+    rd->stop = 1;
+    sem_post(&rd->go);
+    pthread_join(rd->thread, NULL);
+    sem_destroy(&rd->go);
+    sem_destroy(&rd->done);
+    rd->started = 0;
 }
 
 static void copy_errors(struct config_errors *dst, const struct config_errors *src)
@@ -168,6 +262,7 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     }
     atomic_init(&g->refs, 1);
     g->users = r->users;
+    g->reaper = r->reaper;
     options_init(p, &g->opt);
     if (r->config_path)
         config_load_file(p, r->config_path);
@@ -227,6 +322,11 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
         return NULL;
     }
     users_mark_drop(&mark);
+    /* What a worker would otherwise work out from the whole table when it adopts g. */
+    if (old)
+        g->removed = reload_removed_users(old, g);
+    for (int i = 0; i < g->opt.nsecrets && !g->has_ee; i++)
+        g->has_ee = g->opt.secrets[i].kind == SECRET_EE;
     /* Every periodic quota knows its period before a worker counts a byte of it (a usage
      * whose period ended while the proxy was stopped starts over here). */
     if (g->users)

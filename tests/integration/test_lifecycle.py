@@ -1,5 +1,7 @@
-"""test_lifecycle.py: the connection limit (backlog, then resume) and SIGTERM with live clients."""
+"""test_lifecycle.py: the connection limit (backlog, then resume), SIGTERM with live clients, and
+SIGTERM with an API change waiting for its reload."""
 import signal
+import threading
 import time
 
 from harness import Std, T, assert_ok, wait_until
@@ -78,3 +80,41 @@ def test_sd_notify_ready_and_stopping(procs, monkeypatch, tmp_path):
     assert rc == 0
     assert sock.recv(256) == b"STOPPING=1"
     sock.close()
+
+
+
+def test_sigterm_answers_an_api_change_waiting_for_its_reload(procs, tmp_path):
+    """SIGTERM taken while an API change is under way, before its SIGHUP: the change is
+    answered as refused (users-file put back) and the proxy stops at once; it used to wait out
+    the API's 60 s for a reload no one would run any more. The SIGTERM lands at fifths of
+    one change's measured time (the window is between the request read and the SIGHUP); on the
+    old code several of them hung."""
+    from test_api import Api
+    for k in range(5):
+        d = tmp_path / f"run{k}"
+        d.mkdir()
+        api = Api(procs, d, name=f"mtproxy{k}")
+        t0 = time.monotonic()
+        assert api("POST", "/users", {"name": "first"})[0] == 201
+        took = time.monotonic() - t0
+        before = api.file_text()
+        answer = {}
+
+        def create():
+            try:
+                answer["r"] = api("POST", "/users", {"name": "late"}, timeout=T(30))
+            except OSError as e:  # the connection closed by the stopping proxy
+                answer["r"] = e
+
+        t = threading.Thread(target=create)
+        t.start()
+        time.sleep(took * (k + 0.5) / 5)
+        rc, secs = api.proxy.stop(timeout=10)
+        t.join(T(30))
+        assert rc == 0 and secs < T(10), (k, took, rc, secs)
+        r = answer.get("r")
+        if isinstance(r, tuple) and r[0] in (200, 201):  # its reload ran before the stop
+            assert "late" in api.file_text()
+        elif isinstance(r, tuple):
+            assert r[0] == 400 and "stopping" in r[1]["error"], r
+            assert api.file_text() == before

@@ -1,4 +1,4 @@
-/* test_hs_steps.c: the handshake steps, called one by one on a socket pair, and their verdicts. */
+/* test_hs_steps.c: the handshake steps, called one by one on a socket pair, and their verdicts; how the worker takes a posted generation. */
 #include "proxy/conn_int.h"
 
 #include <arpa/inet.h>
@@ -363,6 +363,99 @@ static void test_tls_unknown_sni(void **state)
     fx_free(f);
 }
 
+/* Rewrites the fixture's config with these secret lines (the DC line kept) and builds the
+ * next generation from the running one. */
+static struct gen *fx_reload(struct fx *f, const char *secrets)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(f->dc_listen, (struct sockaddr *)&a, &al), 0);
+    FILE *cf = fopen(f->path, "w");
+    assert_non_null(cf);
+    fprintf(cf, "listen = 127.0.0.1:9443\nmask = off\n%sdc-builtin = off\ndc = 2 127.0.0.1:%d\n"
+            "dc-pool = 0\n", secrets, ntohs(a.sin_port));
+    fclose(cf);
+    static struct config_errors e;
+    memset(&e, 0, sizeof e);
+    struct gen *g = reload_build(&f->reload, f->pw.gen, &e);
+    if (!g)
+        fail_msg("%s", e.msg[0]);
+    reload_commit(&f->reload, g);
+    return g;
+}
+
+/* A generation that removed nobody does not wake the worker: its next accept takes it first;
+ * one that removed a user wakes it (the user's live connections end now). */
+static void test_gen_posted(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new("secret = a:" K1 "\nsecret = b:" K2 "\n", "");
+    struct conn *c1 = fx_accept(f);
+    int client1 = f->client;
+    assert_ptr_equal(c1->gen, f->g);
+    struct gen *g2 = fx_reload(f, "secret = a:" K1 "\nsecret = b:" K2 "\nlimit = b conns=3\n");
+    assert_int_equal(g2->removed, 0);
+    proxy_worker_post_gen(&f->pw, g2);
+    assert_int_equal(atomic_load(&f->w.cmd_pending), 0); /* no wake-up */
+    assert_ptr_equal(f->pw.gen, f->g);
+    struct conn *c2 = fx_accept(f);
+    assert_ptr_equal(f->pw.gen, g2); /* taken before the connection took its generation */
+    assert_ptr_equal(c2->gen, g2);
+    assert_ptr_equal(c1->gen, f->g); /* a live connection keeps its own */
+
+    struct gen *g3 = fx_reload(f, "secret = a:" K1 "\n");
+    assert_int_equal(g3->removed, 1);
+    proxy_worker_post_gen(&f->pw, g3);
+    assert_int_equal(atomic_load(&f->w.cmd_pending), PROXY_CMD_GEN);
+    proxy_worker_take_gen(&f->pw);
+    assert_ptr_equal(f->pw.gen, g3);
+    proxy_worker_take_gen(&f->pw); /* nothing posted: nothing done */
+    assert_ptr_equal(f->pw.gen, g3);
+
+    gen_unref(g2);
+    gen_unref(g3);
+    conn_close(c1, CR_SHUTDOWN);
+    close(client1);
+    fx_close(f, CR_SHUTDOWN);
+    fx_free(f);
+}
+
+/* removed-user = drain: a user removed, then back in a generation posted without a wake-up,
+ * stops draining even when the drain timer's own callback is what takes that generation (a
+ * fired one-shot timer is no longer active there). */
+static void test_gen_back_stops_drain(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new("secret = a:" K1 "\nsecret = b:" K2 "\n",
+                          "removed-user = drain\ndrain-timeout = 60s\n");
+    struct conn *c = fx_accept(f);
+    c->uid = users_find(&f->users, "b"); /* as if admitted (hs_gate) */
+    assert_true(c->uid >= 0);
+    c->us = users_wstats(&f->users, 0, (uint32_t)c->uid);
+    STAT_INC(&c->us->active);
+    struct gen *g2 = fx_reload(f, "secret = a:" K1 "\nremoved-user = drain\n"
+                                  "drain-timeout = 60s\n");
+    proxy_worker_post_gen(&f->pw, g2);
+    assert_int_equal(atomic_exchange(&f->w.cmd_pending, 0), PROXY_CMD_GEN); /* the wake-up */
+    proxy_worker_take_gen(&f->pw);
+    assert_true(c->drain_at > 0); /* b's connection drains */
+    c->drain_at = 1;              /* and its drain-timeout has passed */
+    struct gen *g3 = fx_reload(f, "secret = a:" K1 "\nsecret = b:" K2 "\n"
+                                  "removed-user = drain\ndrain-timeout = 60s\n");
+    assert_int_equal(g3->removed, 0);
+    proxy_worker_post_gen(&f->pw, g3);
+    assert_int_equal(atomic_load(&f->w.cmd_pending), 0);
+    ev_timer_stop(f->w.loop, &f->pw.drain_timer); /* what libev does before the callback */
+    ev_invoke(f->w.loop, &f->pw.drain_timer, EV_TIMER);
+    assert_ptr_equal(f->pw.gen, g3);
+    assert_int_not_equal(c->state, CS_FREE); /* not closed as drained */
+    assert_true(c->drain_at == 0);
+    gen_unref(g2);
+    gen_unref(g3);
+    fx_close(f, CR_SHUTDOWN);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,7 +463,8 @@ int main(void)
         cmocka_unit_test(test_early_eof),      cmocka_unit_test(test_rejected_held),
         cmocka_unit_test(test_tls_only_rejects), cmocka_unit_test(test_proxy_header),
         cmocka_unit_test(test_tls_answered),   cmocka_unit_test(test_tls_bad_hmac),
-        cmocka_unit_test(test_tls_unknown_sni),
+        cmocka_unit_test(test_tls_unknown_sni), cmocka_unit_test(test_gen_posted),
+        cmocka_unit_test(test_gen_back_stops_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,11 @@
-/* test_reload.c: config generations: build, reject whole, restart keys, users mapping, the ME table, start-up's part. */
+/* test_reload.c: config generations: build, reject whole, restart keys, users mapping, the ME table, start-up's part, the reaper and the reloader. */
 #include "proxy/reload.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -340,6 +344,96 @@ static void test_failed_reload_gives_names_back(void **state)
     gen_unref(g2);
 }
 
+/* The reloader's job: where and how it ran. */
+static struct {
+    int runs;
+    pthread_t thread;
+    int idle;         /* it ran at SCHED_IDLE or nice 19 */
+    int reaper_empty; /* the reaper was emptied before it */
+    struct gen_reaper *reaper;
+} J;
+
+static void job(void *arg)
+{
+    (void)arg;
+    J.runs++;
+    J.thread = pthread_self();
+    int policy = -1;
+    struct sched_param sp;
+    pthread_getschedparam(pthread_self(), &policy, &sp);
+#ifdef SCHED_IDLE
+    J.idle = policy == SCHED_IDLE;
+#endif
+    J.idle |= getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)) == 19;
+    J.reaper_empty = atomic_load(&J.reaper->head) == NULL;
+}
+
+static void *unref_thread(void *arg)
+{
+    gen_unref(arg);
+    return NULL;
+}
+
+/* The proxy's generations (built with a reaper): the last reference, from any thread, puts one
+ * on the reaper's stack and gen_reap frees it; the build works out what a worker needs when it
+ * adopts one (removed, has_ee); the reloader runs its jobs at idle priority in a thread of its
+ * own, the reaper emptied first, and in the caller when it has no thread. */
+static void test_reaper_and_reloader(void **state)
+{
+    (void)state;
+    static struct config_errors e;
+    struct gen_reaper rp = {0};
+    R.reaper = &rp;
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\n"
+               "secret = t:ee" K2 "6578616d706c652e636f6d\n");
+    struct gen *g1 = reload_build(&R, NULL, &e);
+    assert_non_null(g1);
+    reload_commit(&R, g1);
+    assert_int_equal(g1->removed, 0);
+    assert_true(g1->has_ee);
+    write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\n");
+    struct gen *g2 = reload_build(&R, g1, &e);
+    assert_non_null(g2);
+    reload_commit(&R, g2);
+    assert_int_equal(g2->removed, 1);
+    assert_false(g2->has_ee);
+
+    gen_ref(g1); /* a worker's */
+    gen_unref(g1);
+    assert_null(atomic_load(&rp.head));
+    gen_unref(g1); /* the last: not freed, put on the stack */
+    assert_ptr_equal(atomic_load(&rp.head), g1);
+    assert_int_equal(g1->serial, 1);
+    assert_int_equal(gen_reap(&rp), 1);
+    assert_null(atomic_load(&rp.head));
+    assert_int_equal(gen_reap(&rp), 0);
+
+    pthread_t t; /* another thread's last reference */
+    assert_int_equal(pthread_create(&t, NULL, unref_thread, g2), 0);
+    pthread_join(t, NULL);
+    assert_ptr_equal(atomic_load(&rp.head), g2);
+
+    memset(&J, 0, sizeof J);
+    J.reaper = &rp;
+    struct reloader rd;
+    assert_int_equal(reloader_start(&rd, job, NULL, &rp), 0);
+    reloader_run(&rd);
+    assert_int_equal(J.runs, 1);
+    assert_false(pthread_equal(J.thread, pthread_self()));
+    assert_true(J.idle);
+    assert_true(J.reaper_empty); /* g2 was freed before the job */
+    reloader_run(&rd);
+    assert_int_equal(J.runs, 2);
+    reloader_stop(&rd);
+    reloader_stop(&rd); /* once is enough; again does nothing */
+
+    struct reloader none = {.fn = job};
+    reloader_run(&none);
+    assert_int_equal(J.runs, 3);
+    assert_true(pthread_equal(J.thread, pthread_self()));
+    reloader_stop(&none);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +442,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_user_fate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_reload_gives_names_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reaper_and_reloader, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
