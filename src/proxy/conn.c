@@ -251,8 +251,7 @@ static double accept_deadline(const struct conn *c)
 void proxy_on_accept(struct worker *w, int fd, const struct sock_addr *peer)
 {
     struct proxy_worker *pw = w->ctx;
-    proxy_worker_take_gen(pw); /* one posted without a wake-up */
-    struct gen *g = pw->gen;   /* the generation the connection takes */
+    struct gen *g = pw->gen; /* the generation the connection takes (on_accept took the newest) */
     if (accept_refused(pw, g, fd, peer))
         return;
     struct conn *c = pool_get(&pw->conns);

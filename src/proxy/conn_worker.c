@@ -166,6 +166,13 @@ void proxy_worker_take_gen(struct proxy_worker *pw)
         gen_adopt(pw, g);
 }
 
+/* A generation posted without a wake-up is taken before a new connection picks one. */
+static void on_accept(struct worker *w, int fd, const struct sock_addr *peer)
+{
+    proxy_worker_take_gen(w->ctx);
+    proxy_on_accept(w, fd, peer);
+}
+
 static void proxy_on_cmd(struct worker *w, int cmd)
 {
     if (cmd & PROXY_CMD_GEN)
@@ -275,7 +282,7 @@ int proxy_worker_init(struct proxy_worker *pw, struct worker *w, struct gen *g,
     gen_adopt(pw, g);
     w->on_cmd = proxy_on_cmd;
     w->ctx = pw;
-    w->on_accept = proxy_on_accept;
+    w->on_accept = on_accept;
     w->on_stop = proxy_on_stop;
     return 0;
 }

@@ -80,7 +80,7 @@ static struct conn *fx_accept(struct fx *f)
     peer.u.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     peer.u.in4.sin_port = htons(40000);
     peer.len = sizeof peer.u.in4;
-    proxy_on_accept(&f->w, sv[1], &peer);
+    f->w.on_accept(&f->w, sv[1], &peer); /* as the worker does (proxy_worker_init set it) */
     f->c = f->pw.live;
     assert_non_null(f->c);
     return f->c;
