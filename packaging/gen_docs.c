@@ -358,10 +358,14 @@ static void write_man8(FILE *f, const char *sysconfdir)
           ".TP\n.BR SIGTERM \", \" SIGINT\n"
           "Stop accepting, close every connection and exit with status 0.\n"
           ".TP\n.B SIGHUP\n"
-          "Reopen the log file (for log rotation). The configuration is not reloaded yet: "
-          "restart to apply changes.\n"
+          "Reopen the log file (for log rotation) and reload the configuration (users-file "
+          "and access-list files too): checked whole, and either rejected with every error "
+          "logged (the running one stays) or used by new connections; keys read once at "
+          "start are logged as needing a restart.\n"
           ".TP\n.B SIGUSR1\n"
           "Log the counters (connections, bytes, close reasons) at level info.\n"
+          ".TP\n.B SIGUSR2\n"
+          "Write the state file (the quota each user has used) now.\n"
           ".SH FILES\n"
           ".TP\n",
           f);

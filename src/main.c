@@ -498,7 +498,8 @@ struct state_saver {
                       * file still holds the old period's line) */
 };
 
-static void state_save(struct state_saver *sv, const struct gen *g, int final)
+/* Returns 0 (written, or nothing to write), or -1 (logged). */
+static int state_save(struct state_saver *sv, const struct gen *g, int final)
 {
     const struct options *o = &g->opt;
     char *q = NULL;
@@ -506,27 +507,28 @@ static void state_save(struct state_saver *sv, const struct gen *g, int final)
     users_quota_roll(sv->users, o->limits, o->nlimits, (int64_t)time(NULL)); /* /month ... */
     if (users_state_format(sv->users, &q, &qcap) < 0) {
         free(q);
-        return;
+        return -1;
     }
     int rolled = sv->resets != sv->users->resets;
     if (!q[0] && !g->state_secret && !rolled) { /* nothing to keep */
         free(q);
-        return;
+        return 0;
     }
     if (sv->last && !strcmp(sv->last, q) && !rolled) {
         free(q);
-        return;
+        return 0;
     }
     char err[600];
     const struct secret *s = g->state_secret && o->nsecrets ? &o->secrets[0] : NULL;
     if (options_save_state_text(s, q, o->state_file, err, sizeof err)) {
         log_warn("%s%s", err, final ? "" : " (retried in a few seconds)");
         free(q);
-        return;
+        return -1;
     }
     free(sv->last);
     sv->last = q;
     sv->resets = sv->users->resets;
+    return 0;
 }
 
 /* Holds an exclusive lock on STATE-FILE.lock for the life of the process: a second mtproxy
@@ -748,6 +750,7 @@ static int app_preflight(struct app *a)
     sigaddset(&a->sigs, SIGINT);
     sigaddset(&a->sigs, SIGHUP);
     sigaddset(&a->sigs, SIGUSR1);
+    sigaddset(&a->sigs, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &a->sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -1044,6 +1047,8 @@ static void api_reloads_close(struct api_reloads *rl)
 {
     api_reload_end(rl, 0, "the proxy is stopping");
     atomic_store(&rl->done, ULONG_MAX / 2); /* past any reload a caller may wait for */
+    api_state_saved(rl, 0);
+    atomic_store(&rl->saved, ULONG_MAX / 2);
 }
 
 /* Until SIGTERM or SIGINT: SIGHUP reloads (in the reloader, at idle priority: the relays never
@@ -1067,6 +1072,8 @@ static int app_run(struct app *a)
             api_reload_end(&a->api_rl, a->g != before, a->errs.count ? a->errs.msg[0] : NULL);
         } else if (sig == SIGUSR1) {
             log_stats(a->pws, a->ws, a->nworkers);
+        } else if (sig == SIGUSR2) { /* the state file now (the API's reset-quota waits) */
+            api_state_saved(&a->api_rl, state_save(&a->saver, a->g, 0) == 0);
         } else {
             log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
             api_reloads_close(&a->api_rl);

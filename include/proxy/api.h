@@ -31,6 +31,9 @@ struct api_reloads {
     _Atomic unsigned long begun, done; /* reloads started and finished, main thread */
     _Atomic int ok;                    /* the last finished one was accepted */
     char err[CONFIG_ERR_LEN];          /* its first error (written before done moves) */
+    /* state-file saves asked with SIGUSR2 (reset-quota answers once its zero is on disk) */
+    _Atomic unsigned long saved; /* saves done, main thread */
+    _Atomic int save_ok;         /* the last one wrote the file (or had nothing to write) */
 };
 
 /* The API's host (the metrics server's thread): the generation served now, after adopting
@@ -60,5 +63,7 @@ void api_json_str(struct sbuf *o, const char *s);
 /* main's side of struct api_reloads, around one reload (ok: it was accepted; err: else why). */
 void api_reload_begin(struct api_reloads *rl);
 void api_reload_end(struct api_reloads *rl, int ok, const char *err);
+/* main's side of a state-file save asked by SIGUSR2 (ok: written, or nothing to write). */
+void api_state_saved(struct api_reloads *rl, int ok);
 
 #endif

@@ -43,6 +43,12 @@ void api_reload_end(struct api_reloads *rl, int ok, const char *err)
     atomic_fetch_add(&rl->done, 1);
 }
 
+void api_state_saved(struct api_reloads *rl, int ok)
+{
+    atomic_store(&rl->save_ok, ok);
+    atomic_fetch_add(&rl->saved, 1);
+}
+
 struct api *api_new(struct api_reloads *rl, api_gen_fn current, void *arg)
 {
     struct api *a = calloc(1, sizeof *a);
@@ -140,6 +146,33 @@ static int reload_now(struct api *a, char *err, size_t errlen)
     }
     if (!atomic_load(&a->rl->ok)) {
         snprintf(err, errlen, "%s", a->rl->err[0] ? a->rl->err : "configuration rejected");
+        return -1;
+    }
+    return 0;
+}
+
+/* The running proxy's state file written now (SIGUSR2 to main, waited for), so that a usage
+ * changed by the API survives a kill -9 right after the answer. Returns 0, or -1 with err. */
+static int state_save_now(struct api *a, char *err, size_t errlen)
+{
+    unsigned long s0 = atomic_load(&a->rl->saved);
+    if (kill(getpid(), SIGUSR2)) {
+        snprintf(err, errlen, "cannot signal the state save: %s", strerror(errno));
+        return -1;
+    }
+    struct timespec t0, now, nap = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&a->rl->saved) < s0 + 1) {
+        nanosleep(&nap, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 >
+            API_RELOAD_WAIT) {
+            snprintf(err, errlen, "the state file was not written in %.0f s", API_RELOAD_WAIT);
+            return -1;
+        }
+    }
+    if (!atomic_load(&a->rl->save_ok)) {
+        snprintf(err, errlen, "the state file could not be written (the log says why)");
         return -1;
     }
     return 0;
@@ -777,11 +810,14 @@ static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
     /* limits-store: every instance's share of the period stops counting (its next flush) */
     if (g->users->fleet && lstore_reset_quota(g->users->fleet, name))
         return fail(o, 500, NULL, "out of memory: the fleet's count of '%s' was not reset", name);
+    char err[CONFIG_ERR_LEN];
     if (a->reload) { /* the daemon is stopped: its state file is the usage */
-        char err[CONFIG_ERR_LEN];
         int found;
         if (usersfile_state_drop_quota(g->opt.state_file, name, &found, err, sizeof err))
             return fail(o, 500, NULL, "cannot rewrite the state file: %s", err);
+    } else if (state_save_now(a, err, sizeof err)) { /* on disk before the answer */
+        return fail(o, 500, NULL, "quota reset, but a restart would bring the usage back: %s",
+                    err);
     }
     return user_answer(a, name, 200, 0, o);
 }
