@@ -122,28 +122,41 @@ static int fail(struct sbuf *o, int code, const char *field, const char *fmt, ..
 
 /* --- applying a change ---------------------------------------------------------------- */
 
+/* Raises sig in this process (main takes it) and waits until *count (main's tally of what
+ * sig asks) reaches target. Returns 0, -1 (not raised: err) or -2 (no answer within
+ * API_RELOAD_WAIT: err says "WHAT did not finish"). */
+static int raise_and_wait(int sig, _Atomic unsigned long *count, unsigned long target,
+                          const char *what, char *err, size_t errlen)
+{
+    if (kill(getpid(), sig)) {
+        snprintf(err, errlen, "cannot signal the %s: %s", what, strerror(errno));
+        return -1;
+    }
+    struct timespec t0, now, nap = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(count) < target) {
+        nanosleep(&nap, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 >
+            API_RELOAD_WAIT) {
+            snprintf(err, errlen, "the %s did not finish in %.0f s", what, API_RELOAD_WAIT);
+            return -2;
+        }
+    }
+    return 0;
+}
+
 /* Raises SIGHUP and waits for the reload that starts after now. Returns 0 (accepted), -1
  * (refused: err), -2 (no answer in time). */
 static int reload_now(struct api *a, char *err, size_t errlen)
 {
     if (a->reload)
         return a->reload(a->arg, err, errlen) ? -1 : 0;
-    unsigned long b0 = atomic_load(&a->rl->begun);
-    if (kill(getpid(), SIGHUP)) {
-        snprintf(err, errlen, "cannot signal the reload: %s", strerror(errno));
-        return -1;
-    }
-    struct timespec t0, now, nap = {0, 1000000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (atomic_load(&a->rl->done) < b0 + 1) {
-        nanosleep(&nap, NULL);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 >
-            API_RELOAD_WAIT) {
-            snprintf(err, errlen, "the reload did not finish in %.0f s", API_RELOAD_WAIT);
-            return -2;
-        }
-    }
+    /* ours is the first to begin after now: done reaches begun + 1 when it has ended */
+    int rc = raise_and_wait(SIGHUP, &a->rl->done, atomic_load(&a->rl->begun) + 1, "reload", err,
+                            errlen);
+    if (rc)
+        return rc;
     if (!atomic_load(&a->rl->ok)) {
         snprintf(err, errlen, "%s", a->rl->err[0] ? a->rl->err : "configuration rejected");
         return -1;
@@ -155,22 +168,9 @@ static int reload_now(struct api *a, char *err, size_t errlen)
  * changed by the API survives a kill -9 right after the answer. Returns 0, or -1 with err. */
 static int state_save_now(struct api *a, char *err, size_t errlen)
 {
-    unsigned long s0 = atomic_load(&a->rl->saved);
-    if (kill(getpid(), SIGUSR2)) {
-        snprintf(err, errlen, "cannot signal the state save: %s", strerror(errno));
+    if (raise_and_wait(SIGUSR2, &a->rl->saved, atomic_load(&a->rl->saved) + 1,
+                       "state file save", err, errlen))
         return -1;
-    }
-    struct timespec t0, now, nap = {0, 1000000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (atomic_load(&a->rl->saved) < s0 + 1) {
-        nanosleep(&nap, NULL);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 >
-            API_RELOAD_WAIT) {
-            snprintf(err, errlen, "the state file was not written in %.0f s", API_RELOAD_WAIT);
-            return -1;
-        }
-    }
     if (!atomic_load(&a->rl->save_ok)) {
         snprintf(err, errlen, "the state file could not be written (the log says why)");
         return -1;
