@@ -382,7 +382,7 @@ static void test_reaper_and_reloader(void **state)
 {
     (void)state;
     static struct config_errors e;
-    struct gen_reaper rp = {0};
+    struct gen_reaper rp = {NULL};
     R.reaper = &rp;
     write_conf("listen = 127.0.0.1:9443\nmask = off\nsecret = a:" K1 "\n"
                "secret = t:ee" K2 "6578616d706c652e636f6d\n");
