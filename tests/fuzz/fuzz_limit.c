@@ -15,7 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (users_limit_parse(text, &l, err, sizeof err) == 0) {
         size_t n = strnlen(l.name, sizeof l.name);
         FUZZ_CHECK(n > 0 && n < sizeof l.name);
-        FUZZ_CHECK(l.conns || l.ips || l.quota || l.expires || l.rate);
+        FUZZ_CHECK(l.conns || l.ips || l.quota || l.expires || l.rate || l.disabled);
+        FUZZ_CHECK(l.disabled == 0 || l.disabled == 1);
         FUZZ_CHECK(l.conns <= 1000000 && l.ips <= 1000000);
         FUZZ_CHECK(!l.rate || (l.rate >= 1024 && l.rate <= (1ULL << 40)));
         FUZZ_CHECK(l.expires >= 0 && l.expires < 253402300800LL); /* before year 10000 */
