@@ -97,6 +97,9 @@ struct reload {
     uint64_t serial;
     struct reload_start *start; /* set for the proxy's first build (see struct reload_start) */
     int tool;                /* links, doctor: ME files that do not load leave g->me NULL */
+    int no_resolve;          /* mtproxy user: no name is resolved (socks5, replay-store,
+                              * fronting targets): it needs none, and a resolver with no
+                              * answer (no DNS) would hold every command */
     char me_err[CONFIG_ERR_LEN]; /* the last build's ME files did not load (reload, tool):
                                   * why ("" if they did or are not used) */
     struct gen_reaper *reaper; /* NULL, or where the generations it builds are freed */

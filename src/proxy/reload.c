@@ -275,10 +275,11 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     copy_errors(errs, &p->errors);
     free(p);
     char e[CONFIG_ERR_LEN];
-    if (!errs->count && (options_resolve_socks5(&g->opt, e, sizeof e) ||
-                         rstore_resolve(&g->opt.rstore, e, sizeof e)))
+    if (!errs->count && !r->no_resolve &&
+        (options_resolve_socks5(&g->opt, e, sizeof e) ||
+         rstore_resolve(&g->opt.rstore, e, sizeof e)))
         add_error(errs, e);
-    if (!errs->count && mask_table_build(&g->masks, &g->opt, e, sizeof e))
+    if (!errs->count && !r->no_resolve && mask_table_build(&g->masks, &g->opt, e, sizeof e))
         add_error(errs, e);
     if (!errs->count && !g->opt.nsecrets && old && old->state_secret &&
         !strcmp(old->opt.state_file, g->opt.state_file)) {

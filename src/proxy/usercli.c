@@ -626,6 +626,7 @@ int usercli_main(int argc, char **argv)
     c->have_users = 1;
     reload_init(&c->rl, &c->users, c->config, c->nargs, c->args);
     c->rl.tool = 1;
+    c->rl.no_resolve = 1;
     if (!(c->g = reload_build(&c->rl, NULL, e))) {
         int shown = e->count < CONFIG_MAX_ERRORS ? e->count : CONFIG_MAX_ERRORS;
         for (int i = 0; i < shown; i++)
