@@ -257,8 +257,9 @@ struct lstore {
     /* what lstore_read shows */
     _Atomic int state;
     stat_t flushes, failures, commands;
-    _Atomic uint64_t nusers, ninstances;
-    _Atomic uint64_t cpu_ns, last_flush_ns;
+    /* shared64: 64-bit atomics need libatomic on 32-bit MIPS and ARM (core/shared64.h) */
+    shared64 nusers, ninstances;
+    shared64 cpu_ns, last_flush_ns;
 };
 
 void lstore_read(const struct lstore *ls, struct lstore_view *out)
@@ -270,10 +271,10 @@ void lstore_read(const struct lstore *ls, struct lstore_view *out)
     out->flushes = STAT_GET(&ls->flushes);
     out->failures = STAT_GET(&ls->failures);
     out->commands = STAT_GET(&ls->commands);
-    out->users = atomic_load(&ls->nusers);
-    out->instances = atomic_load(&ls->ninstances);
-    out->cpu_seconds = (double)atomic_load(&ls->cpu_ns) / 1e9;
-    out->last_flush_seconds = (double)atomic_load(&ls->last_flush_ns) / 1e9;
+    out->users = shared64_load(&ls->nusers);
+    out->instances = shared64_load(&ls->ninstances);
+    out->cpu_seconds = (double)shared64_load(&ls->cpu_ns) / 1e9;
+    out->last_flush_seconds = (double)shared64_load(&ls->last_flush_ns) / 1e9;
 }
 
 static void free_strs(char **v, size_t n)
@@ -449,8 +450,8 @@ static void flush_done(struct lstore *ls)
         STAT_INC(&ls->flushes);
         if (ls->full_inflight)
             ls->resync = 0;
-        atomic_store(&ls->nusers, nusers);
-        atomic_store(&ls->last_flush_ns, (uint64_t)((now_mono() - ls->sent_at) * 1e9));
+        shared64_store(&ls->nusers, nusers);
+        shared64_store(&ls->last_flush_ns, (uint64_t)((now_mono() - ls->sent_at) * 1e9));
         set_state(ls, 1, NULL);
     } else {
         free_strs(ls->members, ls->nmembers);
@@ -481,7 +482,7 @@ static void on_live(struct lstore *ls, const redisReply *r, uint32_t idx)
     if (n == 0 && ls->gone && idx < ls->nothers)
         ls->gone[idx] = 1;
     if (n > 0)
-        atomic_fetch_add(&ls->ninstances, 1);
+        shared64_fetch_add(&ls->ninstances, 1);
     for (long i = 0; i < n; i++) {
         uint32_t c, ip;
         int32_t uid = find_uid(ls, kv[i].k, kv[i].kn);
@@ -770,7 +771,7 @@ static int flush_send(struct lstore *ls)
     }
     free(ls->gone);
     ls->gone = calloc(ls->nothers ? ls->nothers : 1, 1);
-    atomic_store(&ls->ninstances, 0);
+    shared64_store(&ls->ninstances, 0);
     for (size_t j = 0; j < ls->nothers; j++) {
         char key[128];
         snprintf(key, sizeof key, "mtproxy:l:i:%s", ls->others[j]);
@@ -805,7 +806,7 @@ static void sample_cpu(struct lstore *ls)
 {
     struct timespec ts;
     if (!clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
-        atomic_store(&ls->cpu_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+        shared64_store(&ls->cpu_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
