@@ -7,7 +7,7 @@
  * CSV: secrets,sni,sni_check,us_per_hello,hmacs_per_hello
  * Then, on stdout only (the CSV file keeps its columns), the JA4 fingerprint's cost per hello
  * in ns (src/proto/ja4.c), for the hello in one record and cut into 8, beside the parse alone,
- * and what counting it adds (src/proxy/ja4stat.c: the key, then the worker table's Space-Saving
+ * and what counting it adds (src/users/ja4stat.c: the key, then the worker table's Space-Saving
  * step) when the key is in the table and when every hello is a new key (a full table's miss).
  */
 #include <stdint.h>
@@ -20,7 +20,7 @@
 #include "proto/faketls.h"
 #include "proto/ja4.h"
 #include "proto/secret.h"
-#include "proxy/ja4stat.h"
+#include "users/ja4stat.h"
 #include "../tests/tools/tlsclient.h"
 
 static double now_s(void)

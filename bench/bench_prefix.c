@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "core/anyip.h"
-#include "proxy/prefix.h"
-#include "proxy/reload.h"
+#include "config/prefix.h"
+#include "config/reload.h"
 #include "benchutil.h"
 
 static int listen_any(int *port)

@@ -36,7 +36,7 @@ n=0
 for k in $keys; do
     n=$((n + 1))
     if out=$(run "$k"); then
-        echo "FAIL: documented key $k is accepted by mtproxy (add it to documented_keys in src/proxy/options.c)"
+        echo "FAIL: documented key $k is accepted by mtproxy (add it to documented_keys in src/config/options.c)"
         fail=1
     elif ! printf '%s' "$out" | grep -q "example from mtproxy's documentation"; then
         echo "FAIL: documented key $k refused for another reason: $out"

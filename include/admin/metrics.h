@@ -11,8 +11,8 @@
 #include "core/sock.h"
 #include "core/stat.h"
 #include "core/worker.h"
-#include "proxy/conn.h"
-#include "proxy/options.h"
+#include "conn/conn.h"
+#include "config/options.h"
 
 #define METRICS_MAX_CONNS 64     /* for the process; the oldest idle one is dropped for a new one */
 #define METRICS_MAX_PER_SOURCE 8 /* connections from one source address */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "core/config.h"
-#include "proxy/options.h"
+#include "config/options.h"
 
 /* Prints every user's tg:// and t.me links to f and, with qr, the t.me link's QR code in
  * block characters under each. Returns 0, or 1 if a link could not be made. */

@@ -10,8 +10,8 @@
 #include "core/sock.h"
 #include "proto/secret.h"
 #include "proto/socks5.h"
-#include "proxy/rstore.h"
-#include "proxy/users.h"
+#include "users/rstore.h"
+#include "users/users.h"
 
 #define OPT_MAX_LISTEN 16
 #define OPT_MAX_SECRETS 100000 /* users (secrets); storage grows with those configured */

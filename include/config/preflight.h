@@ -3,7 +3,7 @@
 #define MTPROXY_PROXY_PREFLIGHT_H
 
 #include "proto/secret.h"
-#include "proxy/options.h"
+#include "config/options.h"
 
 struct me_table;
 

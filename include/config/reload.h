@@ -8,13 +8,13 @@
 #include <stdint.h>
 
 #include "core/config.h"
-#include "proxy/acl.h"
-#include "proxy/dc.h"
-#include "proxy/fronting.h"
-#include "proxy/options.h"
-#include "proxy/preflight.h"
+#include "users/acl.h"
+#include "upstream/dc.h"
+#include "upstream/fronting.h"
+#include "config/options.h"
+#include "config/preflight.h"
 #include "proto/faketls.h"
-#include "proxy/users.h"
+#include "users/users.h"
 
 /*
  * A generation is everything the workers take from the config: the options and the tables

@@ -10,10 +10,10 @@
 #include "core/ipcount.h" /* struct ipcount */
 #include "core/sock.h"    /* struct sock_opts */
 #include "core/stat.h"    /* stat_t */
-#include "proxy/counters.h" /* PROXY_STATS_FIELDS */
-#include "proxy/conn_types.h"
-#include "proxy/dcpool.h" /* struct dcpool_set */
-#include "proxy/rstore.h" /* struct rstore, rstore_cb */
+#include "conn/counters.h" /* PROXY_STATS_FIELDS */
+#include "conn/conn_types.h"
+#include "upstream/dcpool.h" /* struct dcpool_set */
+#include "users/rstore.h" /* struct rstore, rstore_cb */
 
 /* Not needed by this header: kept for files that still get them through it (relay.c, middle.c,
  * main.c, tools.c, metrics.c, tests); each should include what it uses, then these go. */

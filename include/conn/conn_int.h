@@ -1,14 +1,14 @@
-/* conn_int.h: what the connection's rooms (src/proxy/conn*.c, hs_*.c) call of each other. */
+/* conn_int.h: what the connection's rooms (src/conn/conn*.c, hs_*.c) call of each other. */
 #ifndef MTPROXY_PROXY_CONN_INT_H
 #define MTPROXY_PROXY_CONN_INT_H
 
 #include <stdlib.h>
 
 #include "core/worker.h"
-#include "proxy/conn.h"
-#include "proxy/middle.h"
-#include "proxy/relay.h"
-#include "proxy/reload.h"
+#include "conn/conn.h"
+#include "upstream/middle.h"
+#include "relay/relay.h"
+#include "config/reload.h"
 
 /*
  * Calls go one way (tests/check_layers.py checks there is no circle):

@@ -9,8 +9,8 @@
 #include "crypto/crypto.h" /* struct crypto_ctr */
 #include "proto/faketls.h" /* struct faketls_deframer */
 #include "proto/obfs2.h"   /* OBFS2_HDR_LEN */
-#include "proxy/dialer.h"  /* struct dial */
-#include "proxy/ja4stat.h" /* JA4STAT_KEY_LEN */
+#include "upstream/dialer.h"  /* struct dial */
+#include "users/ja4stat.h" /* JA4STAT_KEY_LEN */
 
 struct arena_block;
 struct gen;

@@ -2,7 +2,7 @@
 #ifndef MTPROXY_PROXY_RELAY_H
 #define MTPROXY_PROXY_RELAY_H
 
-#include "proxy/conn.h"
+#include "conn/conn.h"
 
 /* Starts side s's watcher with exactly `events` (0 stops it); no-op if unchanged. */
 void side_watch(struct conn *c, struct conn_side *s, unsigned events);

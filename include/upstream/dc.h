@@ -3,7 +3,7 @@
 #define MTPROXY_PROXY_DC_H
 
 #include "core/sock.h"
-#include "proxy/options.h"
+#include "config/options.h"
 
 #define DC_MAX_ADDRS (OPT_MAX_DC_ADDRS + 32)
 

@@ -9,8 +9,8 @@
 #include "core/stat.h"
 
 #include "core/sock.h"
-#include "proxy/dc.h"
-#include "proxy/dialer.h"
+#include "upstream/dc.h"
+#include "upstream/dialer.h"
 
 struct dcpool;
 

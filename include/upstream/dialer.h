@@ -7,7 +7,7 @@
 
 #include "core/sock.h"
 #include "proto/socks5.h"
-#include "proxy/socks.h"
+#include "upstream/socks.h"
 
 /*
  * The caller owns the socket, its ev_io and its timer (a client's upstream side, a DC pool

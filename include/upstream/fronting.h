@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "core/sock.h"
-#include "proxy/options.h"
+#include "config/options.h"
 
 #define MASK_MAX_TARGETS 256 /* distinct fronting domains; more are fronted to the first */
 

@@ -10,8 +10,8 @@
 #include "core/sock.h"
 #include "core/worker.h"
 #include "proto/rpc.h"
-#include "proxy/conn.h" /* enum conn_reason (the verdicts of the client hooks) */
-#include "proxy/options.h"
+#include "conn/conn.h" /* enum conn_reason (the verdicts of the client hooks) */
+#include "config/options.h"
 
 struct conn;
 struct proxy_worker;

@@ -8,8 +8,8 @@
 
 #include "core/sock.h"
 #include "proto/tlsprofile.h"
-#include "proxy/options.h"
-#include "proxy/dialer.h"
+#include "config/options.h"
+#include "upstream/dialer.h"
 
 #define TLSLEARN_SLOTS 4        /* published profiles; a reader's copy outlives 3 refreshes */
 #define TLSLEARN_ROUNDS 3       /* handshakes per learning (their spread is the variation) */

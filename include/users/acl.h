@@ -6,7 +6,7 @@
 
 #include "core/cidr.h"
 #include "core/config.h"
-#include "proxy/options.h"
+#include "config/options.h"
 
 /* Built once from the options (and rebuilt whole on reload); read-only afterwards, shared by
  * every worker. */

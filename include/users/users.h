@@ -12,7 +12,7 @@
 #include "core/sock.h"
 #include "core/stat.h"
 #include "proto/secret.h"
-#include "proxy/ja4stat.h"
+#include "users/ja4stat.h"
 
 /*
  * Every `secret = NAME:SECRET` is a user. A user gets a stable id the first time its name is

@@ -1,5 +1,5 @@
 /* api.c: the management API: JSON under /api/v1, changes written to users-file and applied by the reload path (see api.h). */
-#include "proxy/api.h"
+#include "admin/api.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -14,14 +14,14 @@
 #include "crypto/crypto.h"
 #include "proto/json.h"
 #include "proto/secret.h"
-#include "proxy/lstore.h"
-#include "proxy/metrics.h"
-#include "proxy/options.h"
-#include "proxy/prefix.h"
-#include "proxy/qr.h"
-#include "proxy/reload.h"
-#include "proxy/users.h"
-#include "proxy/usersfile.h"
+#include "config/lstore.h"
+#include "admin/metrics.h"
+#include "config/options.h"
+#include "config/prefix.h"
+#include "admin/qr.h"
+#include "config/reload.h"
+#include "users/users.h"
+#include "admin/usersfile.h"
 
 struct api {
     pthread_mutex_t lock; /* one change (write + reload) at a time */

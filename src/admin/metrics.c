@@ -1,5 +1,5 @@
 /* metrics.c: a small bounded HTTP/1.1 server on a low-priority thread of its own: /metrics, /stats, the status page, QR codes. */
-#include "proxy/metrics.h"
+#include "admin/metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,15 +19,15 @@
 #include "core/replay.h"
 #include "core/worker.h"
 #include "proto/http.h"
-#include "proxy/api.h"
-#include "proxy/counters.h"
-#include "proxy/lstore.h"
-#include "proxy/prefix.h"
-#include "proxy/qr.h"
-#include "proxy/reload.h"
-#include "proxy/userpage.h"
+#include "admin/api.h"
+#include "conn/counters.h"
+#include "config/lstore.h"
+#include "config/prefix.h"
+#include "admin/qr.h"
+#include "config/reload.h"
+#include "admin/userpage.h"
 
-/* The status page (src/proxy/status.html), embedded at build time. */
+/* The status page (src/admin/status.html), embedded at build time. */
 extern const char metrics_status_html[];
 extern const size_t metrics_status_html_len;
 

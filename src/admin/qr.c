@@ -1,5 +1,5 @@
 /* qr.c: QR codes of links through libqrencode (Debian libqrencode-dev); none without it. */
-#include "proxy/qr.h"
+#include "admin/qr.h"
 
 #include <stdlib.h>
 #include <string.h>

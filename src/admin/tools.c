@@ -1,5 +1,5 @@
 /* tools.c: `mtproxy links` and `mtproxy doctor`: what an operator runs by hand. */
-#include "proxy/tools.h"
+#include "admin/tools.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -20,13 +20,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proxy/conn.h"
-#include "proxy/metrics.h"
-#include "proxy/middle.h"
-#include "proxy/preflight.h"
-#include "proxy/prefix.h"
-#include "proxy/qr.h"
-#include "proxy/tlslearn.h"
+#include "conn/conn.h"
+#include "admin/metrics.h"
+#include "upstream/middle.h"
+#include "config/preflight.h"
+#include "config/prefix.h"
+#include "admin/qr.h"
+#include "upstream/tlslearn.h"
 
 #ifndef MTPROXY_BUILD_EPOCH
 #define MTPROXY_BUILD_EPOCH 0

@@ -1,5 +1,5 @@
 /* usercli.c: `mtproxy user add|list|show|set|disable|enable|del|rotate|reset-quota`: through the running daemon's API, or in-process on users-file when it is stopped. */
-#include "proxy/usercli.h"
+#include "admin/usercli.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,11 +15,11 @@
 #include "core/log.h"
 #include "core/sbuf.h"
 #include "proto/json.h"
-#include "proxy/api.h"
-#include "proxy/options.h"
-#include "proxy/qr.h"
-#include "proxy/reload.h"
-#include "proxy/users.h"
+#include "admin/api.h"
+#include "config/options.h"
+#include "admin/qr.h"
+#include "config/reload.h"
+#include "users/users.h"
 
 #define CLI_USAGE 2
 #define CLI_FAIL 1

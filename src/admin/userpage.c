@@ -1,5 +1,5 @@
 /* userpage.c: the status page's user list (search, sort, paging) and traffic history rings. */
-#include "proxy/userpage.h"
+#include "admin/userpage.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* usersfile.c: users-file (secret and limit lines) read, checked with the config's parsers, changed and written atomically; shared by the API and `mtproxy user`. */
-#include "proxy/usersfile.h"
+#include "admin/usersfile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,8 +12,8 @@
 #include "core/config.h"
 #include "core/fsutil.h"
 #include "core/sbuf.h"
-#include "proxy/options.h"
-#include "proxy/users.h"
+#include "config/options.h"
+#include "users/users.h"
 
 void usersfile_free(struct usersfile *u)
 {

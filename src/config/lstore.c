@@ -1,5 +1,5 @@
 /* lstore.c: per-user limits across the fleet: the flusher thread and its one pipelined flush. */
-#include "proxy/lstore.h"
+#include "config/lstore.h"
 
 #include <ev.h>
 #include <pthread.h>
@@ -13,10 +13,10 @@
 #include "core/log.h"
 #include "core/shared64.h"
 #include "crypto/crypto.h"
-#include "proxy/options.h"
-#include "proxy/reload.h"
-#include "proxy/rstore.h"
-#include "proxy/users.h"
+#include "config/options.h"
+#include "config/reload.h"
+#include "users/rstore.h"
+#include "users/users.h"
 
 #ifdef MTPROXY_HAVE_HIREDIS
 #include <hiredis/hiredis.h>

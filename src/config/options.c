@@ -1,5 +1,5 @@
 /* options.c: the mtproxy option table and the custom parsers for listen, secret and dc. */
-#include "proxy/options.h"
+#include "config/options.h"
 
 #include "core/fsutil.h"
 

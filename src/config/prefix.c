@@ -1,5 +1,5 @@
 /* prefix.c: listen-prefix: per-user addresses (derived, rotated, kept) and the address map. */
-#include "proxy/prefix.h"
+#include "config/prefix.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,8 +14,8 @@
 #include "core/fsutil.h"
 #include "core/siphash.h"
 #include "crypto/crypto.h"
-#include "proxy/options.h"
-#include "proxy/reload.h"
+#include "config/options.h"
+#include "config/reload.h"
 
 void prefix_user_addr(const uint8_t key[PREFIX_KEY_LEN], const struct in6_addr *net, int len,
                       const char *name, uint32_t gen, struct in6_addr *out)

@@ -1,13 +1,13 @@
 /* preflight.c: the worker count, the file-descriptor budget and a drawn secret, computed once for start-up and for doctor. */
-#include "proxy/preflight.h"
+#include "config/preflight.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "crypto/crypto.h"
-#include "proxy/conn.h"
-#include "proxy/metrics.h"
-#include "proxy/middle.h"
+#include "conn/conn.h"
+#include "admin/metrics.h"
+#include "upstream/middle.h"
 
 int preflight_workers(const struct options *o)
 {

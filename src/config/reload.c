@@ -1,5 +1,5 @@
 /* reload.c: builds and checks a config generation whole (start and SIGHUP), refcounts it. */
-#include "proxy/reload.h"
+#include "config/reload.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "core/worker.h"
-#include "proxy/middle.h"
-#include "proxy/prefix.h"
+#include "upstream/middle.h"
+#include "config/prefix.h"
 
 static void reloader_job(struct reloader *rd)
 {

@@ -1,5 +1,5 @@
 /* conn.c: the connection state machine (events in, verdicts out; it closes) and accept. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "proxy/prefix.h"
-#include "proxy/tlslearn.h"
+#include "config/prefix.h"
+#include "upstream/tlslearn.h"
 
 /* --- verdicts ------------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* conn_close.c: the one way a connection ends (log line, counters, frees), the close queue. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <stdlib.h>
 #include <sys/socket.h>

@@ -1,12 +1,12 @@
 /* conn_front.c: rejected clients: fronting to the real site, holding, unknown-SNI drops. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/log.h"
-#include "proxy/tlslearn.h"
+#include "upstream/tlslearn.h"
 
 #define HOLD_DISCARD_MAX (64 * 1024) /* a held bad client may send this much, then is ignored */
 

@@ -1,5 +1,5 @@
 /* conn_guard.c: admission guards: access list, accept-rate, probe-limit-per-ip, max-handshakes. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include "core/log.h"
 

@@ -1,5 +1,5 @@
 /* conn_up.c: upstream connect: a DC (or the fronting target) address by address, via socks5. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* conn_worker.c: the worker's life: set-up, stop, the sweep, cipher parking, generations. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "proxy/tlslearn.h"
+#include "upstream/tlslearn.h"
 
 /* Hands back the cipher contexts of connections that moved no byte for CONN_PARK_IDLE
  * seconds (the next byte takes one again), and the freed memory to the system. */

@@ -1,10 +1,10 @@
 /* counters.c: the counter table as data, and what is made from it: the sum, the SIGUSR1 lines, /stats's summary. */
-#include "proxy/counters.h"
+#include "conn/counters.h"
 
 #include <stdio.h>
 
 #include "core/sbuf.h"
-#include "proxy/conn.h"
+#include "conn/conn.h"
 
 #define ROW_F(m, t, h) {.kind = CROW_FAMILY, .name = m, .type = ROW_TYPE_##t, .help = h},
 #define ROW_TYPE_COUNTER "counter"

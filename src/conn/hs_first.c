@@ -1,5 +1,5 @@
 /* hs_first.c: handshake: the first bytes (FakeTLS, obfuscated2, not a client), PROXY header. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* hs_gate.c: handshake gates: the fleet replay store and user admission (limits). */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include "core/log.h"
-#include "proxy/prefix.h"
+#include "config/prefix.h"
 
 /* --- users: limits at admission --------------------------------------------------------- */
 

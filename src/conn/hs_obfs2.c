@@ -1,5 +1,5 @@
 /* hs_obfs2.c: handshake: the obfuscated2 header checked, keys set up, the upstream started. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* hs_tls.c: handshake: a FakeTLS hello checked and answered, the header read from records. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "core/log.h"
 #include "core/replay.h"
-#include "proxy/tlslearn.h"
+#include "upstream/tlslearn.h"
 
 /* --- FakeTLS handshake ------------------------------------------------------------------- */
 

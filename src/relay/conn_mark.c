@@ -1,6 +1,6 @@
 /* conn_mark.c: closing a connection other than the one being handled: marked now, closed before
  * the loop sleeps; and the worker's lists a connection waits on. It calls nothing above it. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <stddef.h>
 

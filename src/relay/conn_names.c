@@ -1,5 +1,5 @@
 /* conn_names.c: names of close reasons, kinds, states, DC slots, and the counters they index. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 static const char *const reason_names[CR_COUNT] = {
     [CR_DONE] = "done",

@@ -1,5 +1,5 @@
 /* relay.c: moving bytes between a connection's two sockets: interest, queues, pipes, pump. */
-#include "proxy/relay.h"
+#include "relay/relay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include "core/log.h"
 #include "proto/faketls.h"
-#include "proxy/reload.h"
+#include "config/reload.h"
 
 #define RELAY_IOV_MAX 16
 #define RELAY_READS_PER_EVENT 4 /* fairness: at most this many reads per readiness */

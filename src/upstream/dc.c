@@ -1,5 +1,5 @@
 /* dc.c: Telegram's published DC addresses (PROTOCOL.md 5.1), overrides and lookup. */
-#include "proxy/dc.h"
+#include "upstream/dc.h"
 
 #include <stdlib.h>
 #include <string.h>

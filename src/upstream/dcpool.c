@@ -1,5 +1,5 @@
 /* dcpool.c: keeps a few connected sockets per DC so a new client skips the TCP connect. */
-#include "proxy/dcpool.h"
+#include "upstream/dcpool.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* dialer.c: one nonblocking connect, optionally through SOCKS5, for every caller that dials out. */
-#include "proxy/dialer.h"
+#include "upstream/dialer.h"
 
 #include <errno.h>
 #include <string.h>

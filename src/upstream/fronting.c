@@ -1,5 +1,5 @@
 /* fronting.c: targets for domain fronting, PROXY protocol v1/v2 headers, self-loop check. */
-#include "proxy/fronting.h"
+#include "upstream/fronting.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

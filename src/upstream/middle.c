@@ -1,7 +1,7 @@
 /* middle.c: middle-proxy mode: ME links (connect, nonce, CBC handshake, frames, pings,
  * health, back-off), clients multiplexed over them by conn id, the three flow-control limits,
  * and the table reload. */
-#include "proxy/middle.h"
+#include "upstream/middle.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,10 +19,10 @@
 #include "proto/faketls.h"
 #include "proto/frame.h"
 #include "proto/obfs2.h"
-#include "proxy/conn.h"
-#include "proxy/dialer.h"
-#include "proxy/relay.h"
-#include "proxy/reload.h"
+#include "conn/conn.h"
+#include "upstream/dialer.h"
+#include "relay/relay.h"
+#include "config/reload.h"
 
 #define ME_HANDSHAKE_TIMEOUT 5.0 /* connect + nonce + handshake */
 #define ME_BACKOFF_MIN 0.5

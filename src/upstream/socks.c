@@ -1,5 +1,5 @@
 /* socks.c: drives the SOCKS5 client handshake (proto/socks5.c) on a nonblocking socket. */
-#include "proxy/socks.h"
+#include "upstream/socks.h"
 
 #include <errno.h>
 #include <netinet/in.h>

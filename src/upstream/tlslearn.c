@@ -1,5 +1,5 @@
 /* tlslearn.c: learns the fronting site's TLS first flight and idle close, in worker 0's loop. */
-#include "proxy/tlslearn.h"
+#include "upstream/tlslearn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "crypto/crypto.h"
-#include "proxy/fronting.h"
+#include "upstream/fronting.h"
 
 #define HS_TIMEOUT 5.0    /* a handshake round must end within this */
 #define HS_QUIET 0.4      /* after a packed last record: this much silence ends the flight */

@@ -1,5 +1,5 @@
 /* acl.c: builds the allow/deny access list from options and files; the check at accept. */
-#include "proxy/acl.h"
+#include "users/acl.h"
 
 #include <stdio.h>
 #include <string.h>

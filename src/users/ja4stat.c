@@ -1,5 +1,5 @@
 /* ja4stat.c: FakeTLS hellos counted by JA4 fingerprint in fixed per-worker heavy-hitter tables. */
-#include "proxy/ja4stat.h"
+#include "users/ja4stat.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "core/sbuf.h"
-#include "proxy/conn_int.h"
-#include "proxy/reload.h"
-#include "proxy/users.h"
+#include "conn/conn_int.h"
+#include "config/reload.h"
+#include "users/users.h"
 
 /* --- keys ------------------------------------------------------------------------------ */
 

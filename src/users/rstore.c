@@ -1,5 +1,5 @@
 /* rstore.c: replay store in Redis through hiredis's async API on the worker's libev loop. */
-#include "proxy/rstore.h"
+#include "users/rstore.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

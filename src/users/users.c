@@ -1,5 +1,5 @@
 /* users.c: the users registry, per-user per-worker counters, shared limit state, limit parser. */
-#include "proxy/users.h"
+#include "users/users.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* fuzz_ja4.c: libFuzzer target for the JA4 fingerprint of a raw ClientHello (src/proto/ja4.c). */
 #include "proto/ja4.h"
 
-#include "proxy/ja4stat.h"
+#include "users/ja4stat.h"
 
 #include "crypto/crypto.h"
 #include "fuzz_common.h"

@@ -1,5 +1,5 @@
 /* fuzz_limit.c: libFuzzer target for the `limit` line parser (users_limit_parse). */
-#include "proxy/users.h"
+#include "users/users.h"
 
 #include "fuzz_common.h"
 

@@ -1,6 +1,6 @@
 /* fuzz_lstore.c: libFuzzer target for limits-store's reply path (hash and member replies read
  * with the big-array limits) and its value parsers. */
-#include "proxy/lstore.h"
+#include "config/lstore.h"
 
 #include "fuzz_common.h"
 

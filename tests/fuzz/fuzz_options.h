@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 
 #include "fuzz_common.h"
-#include "proxy/dc.h"
-#include "proxy/options.h"
+#include "upstream/dc.h"
+#include "config/options.h"
 
 /* Every stored error is a terminated string that starts with prefix (NULL: any). */
 static inline void fuzz_check_errors(const struct config_parser *p, int from, const char *prefix) {

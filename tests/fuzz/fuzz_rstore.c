@@ -1,5 +1,5 @@
 /* fuzz_rstore.c: libFuzzer target for the replay store's reply path and its redis:// URL parser. */
-#include "proxy/rstore.h"
+#include "users/rstore.h"
 
 #include "fuzz_common.h"
 

@@ -1,7 +1,7 @@
 /* test_userpage.c: the status page's pure parts: the per-second history ring, the users-viewed
  * rings (bounded, least recently viewed evicted), the user list's query, search and sort, and
  * the query decoding they use (http_query_param). */
-#include "proxy/userpage.h"
+#include "admin/userpage.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

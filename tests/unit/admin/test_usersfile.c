@@ -1,5 +1,5 @@
 /* test_usersfile.c: users-file records: load, the `disabled` word added and removed, a bad line refused before any write, the write and its restore, the state file's quota-used line dropped. */
-#include "proxy/usersfile.h"
+#include "admin/usersfile.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* test_lstore.c: limits-store's pure parts: values, fleet totals with epochs, the local
  * delta and adjust arithmetic, hostile replies (the fleet counts at admission: test_users). */
-#include "proxy/lstore.h"
+#include "config/lstore.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "proxy/rstore.h"
-#include "proxy/users.h"
+#include "users/rstore.h"
+#include "users/users.h"
 
 static void test_values(void **state)
 {

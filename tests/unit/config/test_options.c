@@ -1,6 +1,6 @@
 /* test_options.c: the mtproxy option table: defaults, listen/secret/dc parsers, checks, state file.
  */
-#include "proxy/options.h"
+#include "config/options.h"
 
 #include <arpa/inet.h>
 #include <setjmp.h>

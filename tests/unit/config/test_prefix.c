@@ -1,5 +1,5 @@
 /* test_prefix.c: listen-prefix: address derivation (known answers), the map, the kept state. */
-#include "proxy/prefix.h"
+#include "config/prefix.h"
 
 #include <arpa/inet.h>
 #include <setjmp.h>

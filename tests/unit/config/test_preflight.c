@@ -1,5 +1,5 @@
 /* test_preflight.c: the file-descriptor budget start-up fits max-connections to and doctor reports (dc-pool sockets, ME links), the worker count. */
-#include "proxy/preflight.h"
+#include "config/preflight.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "proxy/conn.h"
-#include "proxy/middle.h"
+#include "conn/conn.h"
+#include "upstream/middle.h"
 
 static char sec_a[] = "a:00112233445566778899aabbccddeef1";
 

@@ -1,5 +1,5 @@
 /* test_reload.c: config generations: build, reject whole, restart keys, users mapping, the ME table, start-up's part, the reaper and the reloader. */
-#include "proxy/reload.h"
+#include "config/reload.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "proxy/middle.h"
+#include "upstream/middle.h"
 
 static char path[64], secret_path[64], me_path[64], state_path[64];
 static struct users U;

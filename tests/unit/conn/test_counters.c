@@ -1,5 +1,5 @@
 /* test_counters.c: the counter table's outputs (/metrics, /stats, SIGUSR1 lines, the sum) for counters that each hold a value of their own. */
-#include "proxy/counters.h"
+#include "conn/counters.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,10 +14,10 @@
 #include "testutil.h"
 
 #include "core/sbuf.h"
-#include "proxy/conn.h"
-#include "proxy/metrics.h"
-#include "proxy/reload.h"
-#include "proxy/users.h"
+#include "conn/conn.h"
+#include "admin/metrics.h"
+#include "config/reload.h"
+#include "users/users.h"
 
 /* Every scalar counter by name (the test's own list, not the table's): counter k holds
  * 1000 + k, so a value names its counter. */

@@ -1,7 +1,7 @@
 /* test_handshake.c: the handshake room through the state machine's entry points, on loopback
  * sockets: every client kind, every rejection, split reads; the verdict of each is read from the
  * connection's state and the worker's close and kind counters. */
-#include "proxy/conn.h"
+#include "conn/conn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +23,8 @@
 
 #include "core/replay.h"
 #include "proto/obfs2.h"
-#include "proxy/reload.h"
-#include "proxy/users.h"
+#include "config/reload.h"
+#include "users/users.h"
 #include "../tools/tlsclient.h"
 #include "testutil.h"
 

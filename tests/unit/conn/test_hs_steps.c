@@ -1,5 +1,5 @@
 /* test_hs_steps.c: the handshake steps, called one by one on a socket pair, and their verdicts; how the worker takes a posted generation. */
-#include "proxy/conn_int.h"
+#include "conn/conn_int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "proxy/fronting.h"
+#include "upstream/fronting.h"
 #include "testutil.h"
 
 #define MAXV2 4096

@@ -1,5 +1,5 @@
 /* test_dc.c: the DC table: built-ins, dc-line overrides, address family order, id lookup. */
-#include "proxy/dc.h"
+#include "upstream/dc.h"
 
 #include <errno.h>
 #include <setjmp.h>

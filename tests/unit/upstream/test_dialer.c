@@ -1,5 +1,5 @@
 /* test_dialer.c: the dialer against a scripted SOCKS5 server on loopback: every step, split and bad replies, refusals, EMFILE. */
-#include "proxy/dialer.h"
+#include "upstream/dialer.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* test_middle.c: the choice of whom a paused ME link closes (middle_stall_victims). */
-#include "proxy/middle.h"
+#include "upstream/middle.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

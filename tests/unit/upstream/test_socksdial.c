@@ -1,5 +1,5 @@
 /* test_socksdial.c: the SOCKS5 dial steps on a socket pair: replies a byte at a time, the bound address kept. */
-#include "proxy/socks.h"
+#include "upstream/socks.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 /* test_tlslearn.c: the stored TLS profile as `mtproxy doctor` will print it (tlslearn_describe_file). */
-#include "proxy/tlslearn.h"
+#include "upstream/tlslearn.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /* test_acl.c: the access list built from options: deny wins, allow-only, files, errors. */
-#include "proxy/acl.h"
+#include "users/acl.h"
 
 #include <arpa/inet.h>
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /* test_ja4stat.c: the JA4 heavy-hitter tables: keys, bounds, top-N of a skewed stream, merges. */
-#include "proxy/ja4stat.h"
+#include "users/ja4stat.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,9 +13,9 @@
 #include <cmocka.h>
 
 #include "core/sbuf.h"
-#include "proxy/conn.h"
-#include "proxy/reload.h"
-#include "proxy/users.h"
+#include "conn/conn.h"
+#include "config/reload.h"
+#include "users/users.h"
 
 static const char *const known[] = {
     "t13d1516h2_8daaf6152771_e5627efa2ab1", /* the spec's example */

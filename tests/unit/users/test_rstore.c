@@ -1,5 +1,5 @@
 /* test_rstore.c: the replay store's reply path without a socket: verdicts, limits, log text. */
-#include "proxy/rstore.h"
+#include "users/rstore.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

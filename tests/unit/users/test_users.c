@@ -1,5 +1,5 @@
 /* test_users.c: users registry at scale, per-worker counters summed, limit parser, limit checks. */
-#include "proxy/users.h"
+#include "users/users.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 
 #include "core/shared64.h"
 #include "core/sock.h"
-#include "proxy/options.h"
+#include "config/options.h"
 
 static struct sock_addr addr4(const char *ip)
 {
