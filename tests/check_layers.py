@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-# check_layers.py: no circle in src/: the call graph between src/ files (from the object
-# files' defined and undefined symbols, nm) and the #include graph of include/ have no cycle.
+# check_layers.py: the rooms of src/ call only downwards, and nothing in src/ closes a circle:
+# - every call from one room (src/ROOM/) into another is allowed by ROOMS below (a room may
+#   call the rooms listed after it, and nothing else), and ROOMS itself has no circle;
+# - the call graph between src/ files (the object files' defined and undefined symbols, nm)
+#   and the #include graph of include/ have no cycle.
 #
 # usage: check_layers.py BUILD_DIR SOURCE_DIR [ALLOW_FILE]
 # ALLOW_FILE lists call edges known to close a circle, one "from.c to.c" a line (# comments):
@@ -9,6 +12,42 @@ import os
 import re
 import subprocess
 import sys
+
+
+# Which rooms each room may call (src/README.md says what each holds). main.c calls them all.
+ROOMS = {
+    'crypto': [],
+    'proto': ['crypto'],
+    'core': [],
+    'users': ['core', 'proto', 'crypto'],
+    'relay': ['users', 'core', 'proto', 'crypto'],
+    'upstream': ['relay', 'users', 'core', 'proto', 'crypto'],
+    'config': ['upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
+    'conn': ['config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
+    'web': ['conn', 'config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
+    'admin': ['web', 'conn', 'config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
+}
+
+
+def room(path):
+    """src/ROOM/x.c -> ROOM; src/main.c -> 'main'."""
+    parts = path.split('/')
+    return parts[1] if len(parts) > 2 else 'main'
+
+
+def room_violations(calls):
+    """Calls between rooms that ROOMS does not allow: {(from room, to room): [file edges]}."""
+    out = {}
+    for a, targets in calls.items():
+        ra = room(a)
+        for b, syms in targets.items():
+            rb = room(b)
+            if ra == rb or ra == 'main':
+                continue
+            if rb not in ROOMS.get(ra, []):
+                out.setdefault((ra, rb), []).append('%s -> %s (%s)' %
+                                                    (a, b, ', '.join(sorted(set(syms))[:3])))
+    return out
 
 
 def objects(build, src):
@@ -118,7 +157,23 @@ def report(kind, edges, comps):
                     print('    %s -> %s%s' % (a, b, (' (' + shown + ')') if shown else ''))
 
 
+def self_test():
+    """The check catches what it is for: an upward call, a room circle, a file circle."""
+    calls = {'src/users/users.c': {'src/conn/conn.c': ['conn_accept']},
+             'src/conn/conn.c': {'src/users/users.c': ['users_admit']},
+             'src/main.c': {'src/admin/api.c': ['api_start']}}
+    bad = room_violations(calls)
+    assert list(bad) == [('users', 'conn')], bad
+    assert cycles(calls) == [['src/conn/conn.c', 'src/users/users.c']]
+    assert cycles({'a': {'b': []}, 'b': {'a': []}}) == [['a', 'b']]
+    assert not cycles({r: {t: [] for t in ts} for r, ts in ROOMS.items()})
+    print('check_layers: self-test passed')
+    return 0
+
+
 def main():
+    if sys.argv[1:] == ['--self-test']:
+        return self_test()
     if len(sys.argv) < 3:
         print(__doc__ or 'usage: check_layers.py BUILD_DIR SOURCE_DIR [ALLOW_FILE]')
         return 2
@@ -135,6 +190,16 @@ def main():
         print('check_layers: no object files of src/ under %s (build first)' % build)
         return 2
     calls = call_graph(objs)
+    unknown = sorted({room(f) for f in objs} - set(ROOMS) - {'main'})
+    for r in unknown:
+        print('room src/%s/ is not in check_layers.py ROOMS: say which rooms it may call' % r)
+    room_cycles = cycles({r: {t: [] for t in ts} for r, ts in ROOMS.items()})
+    report('rooms', {r: {t: [] for t in ts} for r, ts in ROOMS.items()}, room_cycles)
+    bad = room_violations(calls)
+    for (ra, rb), edges in sorted(bad.items()):
+        print('room %s may not call room %s:' % (ra, rb))
+        for e in sorted(edges):
+            print('    ' + e)
     used = set()
     for a, b in sorted(allow):
         if b in calls.get(a, {}):
@@ -148,10 +213,13 @@ def main():
     inc_cycles = cycles(inc)
     report('call', calls, call_cycles)
     report('include', inc, inc_cycles)
-    n = len(call_cycles) + len(inc_cycles)
-    print('check_layers: %d files, %d call edges, %d cycles' %
-          (len(objs), sum(len(v) for v in calls.values()), n))
-    return 1 if n else 0
+    n = len(call_cycles) + len(inc_cycles) + len(room_cycles)
+    between = sum(1 for a, ts in calls.items() for b in ts if room(a) != room(b))
+    print('check_layers: %d files in %d rooms, %d call edges (%d between rooms), '
+          '%d cycles, %d calls against the rooms\' order, %d rooms unknown' %
+          (len(objs), len({room(f) for f in objs}), sum(len(v) for v in calls.values()),
+           between, n, sum(len(v) for v in bad.values()), len(unknown)))
+    return 1 if n or bad or unknown else 0
 
 
 if __name__ == '__main__':
