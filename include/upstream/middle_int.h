@@ -92,4 +92,55 @@ struct middle {
     uint8_t rd[ME_READ_CHUNK];
 };
 
+/* The loop of m's worker. */
+static inline struct ev_loop *middle_loop_of(const struct middle *m)
+{
+    return m->pw->w->loop;
+}
+
+/* --- the conn-id hash, a link's output, names ----------------------------------------------- */
+
+/* The hash chain of conn id id in m. */
+struct mclient **middle_hash_slot(struct middle *m, uint64_t id);
+/* The client with conn id id in m, or NULL. */
+struct mclient *middle_hash_find(struct middle *m, uint64_t id);
+/* Takes mc out of m's hash (nothing if it is not there). */
+void middle_hash_remove(struct middle *m, struct mclient *mc);
+/* Makes l's socket watched for events (EV_READ | EV_WRITE, 0 = none); none without a socket. */
+void middle_link_watch(struct me_link *l, unsigned events);
+/* Watches l for what its state wants: writes while connecting or frames wait, reads from the
+ * nonce on unless paused. */
+void middle_link_rewatch(struct me_link *l);
+/* Writes what l has queued; a write error sets l->err (the link fails from its own callbacks,
+ * never from here). A client whose requests left l below me-request-buffer is read again. */
+void middle_link_flush(struct me_link *l);
+/* Queues one frame of a + b (either may be empty) on l with the next seqno, CBC-encrypted and
+ * padded to 16 bytes, counted to conn_id's requests (0 = control), and writes what it can.
+ * Returns 0, or -1 (no memory). */
+int middle_link_send(struct me_link *l, uint64_t conn_id, const uint8_t *a, size_t alen,
+                     const uint8_t *b, size_t blen);
+/* Reads mc's client while its link is ready and its requests fit; writes while bytes wait. */
+void middle_client_watch(struct mclient *mc);
+/* "wW ME address (dc N)": l's name in log lines, in buf[0..len). */
+void middle_link_name(const struct me_link *l, char *buf, size_t len);
+/* The endpoint the ME sees for local address ss: through o's nat-info if nat. */
+void middle_endpoint_of(const struct sockaddr_storage *ss, const struct options *o, int nat,
+                        struct rpc_endpoint *e);
+
+/* --- clients, flow control, stalled clients ------------------------------------------------- */
+
+/* Ends client c from the link's side (not c's own event): detached from its link at once, and
+ * closed with r before the loop sleeps. */
+void middle_client_drop(struct conn *c, enum conn_reason r);
+/* Sends the whole packets mc holds while its requests fit. Returns CR_NONE, or why c ends. */
+enum conn_reason middle_client_packets(struct mclient *mc);
+/* Sends mc's client a packet data[0..len) (or a quick-ack of confirm: ack = 1) in its framing.
+ * Returns CR_NONE, or why it ends (CR_SLOW past me-client-buffer); the caller drops it. */
+enum conn_reason middle_client_deliver(struct mclient *mc, const uint8_t *data, size_t len,
+                                       uint32_t confirm, int ack);
+/* Runs l's stall check in s seconds, in a new pause epoch. */
+void middle_link_stall_arm(struct me_link *l, double s);
+/* The stall timer of a paused link (its data: the link): closes clients that hold it. */
+void middle_on_link_stall(struct ev_loop *loop, ev_timer *t, int revents);
+
 #endif

@@ -41,22 +41,22 @@ static struct me_table *table_get(struct me_table *t)
 
 /* --- conn-id hash ------------------------------------------------------------------------ */
 
-static struct mclient **hash_slot(struct middle *m, uint64_t id)
+struct mclient **middle_hash_slot(struct middle *m, uint64_t id)
 {
     return &m->hash[(id * 0x9e3779b97f4a7c15ull >> 20) & m->hmask];
 }
 
-static struct mclient *hash_find(struct middle *m, uint64_t id)
+struct mclient *middle_hash_find(struct middle *m, uint64_t id)
 {
-    for (struct mclient *mc = *hash_slot(m, id); mc; mc = mc->hnext)
+    for (struct mclient *mc = *middle_hash_slot(m, id); mc; mc = mc->hnext)
         if (mc->conn_id == id)
             return mc;
     return NULL;
 }
 
-static void hash_remove(struct middle *m, struct mclient *mc)
+void middle_hash_remove(struct middle *m, struct mclient *mc)
 {
-    for (struct mclient **pp = hash_slot(m, mc->conn_id); *pp; pp = &(*pp)->hnext)
+    for (struct mclient **pp = middle_hash_slot(m, mc->conn_id); *pp; pp = &(*pp)->hnext)
         if (*pp == mc) {
             *pp = mc->hnext;
             return;
@@ -65,57 +65,50 @@ static void hash_remove(struct middle *m, struct mclient *mc)
 
 /* --- link output --------------------------------------------------------------------------- */
 
-static struct ev_loop *loop_of(const struct middle *m)
-{
-    return m->pw->w->loop;
-}
-
-static void link_watch(struct me_link *l, unsigned events)
+void middle_link_watch(struct me_link *l, unsigned events)
 {
     if (l->fd < 0 || l->events == events)
         return;
     if (l->events)
-        ev_io_stop(loop_of(l->m), &l->io);
+        ev_io_stop(middle_loop_of(l->m), &l->io);
     l->events = events;
     if (events) {
         ev_io_set(&l->io, l->fd, (int)events);
-        ev_io_start(loop_of(l->m), &l->io);
+        ev_io_start(middle_loop_of(l->m), &l->io);
     }
 }
 
-static void link_rewatch(struct me_link *l)
+void middle_link_rewatch(struct me_link *l)
 {
     unsigned ev = 0;
     if (l->state == ML_CONNECTING || l->ohead)
         ev |= EV_WRITE;
     if (l->state >= ML_NONCE && !l->paused)
         ev |= EV_READ;
-    link_watch(l, ev);
+    middle_link_watch(l, ev);
 }
 
-static void client_watch(struct mclient *mc);
-static enum conn_reason client_packets(struct mclient *mc);
 
 /* A request of a client left the link: it may be read again. */
 static void out_done(struct me_link *l, struct me_out *o)
 {
     if (!o->conn_id)
         return;
-    struct mclient *mc = hash_find(l->m, o->conn_id);
+    struct mclient *mc = middle_hash_find(l->m, o->conn_id);
     if (!mc || mc->link != l)
         return;
     size_t was = mc->pending_up, max = mc->c->gen->opt.me_request_buffer;
     mc->pending_up -= o->len < mc->pending_up ? o->len : mc->pending_up;
     if (was >= max && mc->pending_up < max) {
-        client_watch(mc);
+        middle_client_watch(mc);
         if (mc->inlen) /* whole packets it held back: sent from its own callback */
-            ev_feed_event(loop_of(l->m), &mc->c->cli.io, EV_READ);
+            ev_feed_event(middle_loop_of(l->m), &mc->c->cli.io, EV_READ);
     }
 }
 
 /* Writes what is queued. Never fails the link itself (callers may be deep in a client's
  * code): a write error sets l->err and the link fails from its own callbacks. */
-static void link_flush(struct me_link *l)
+void middle_link_flush(struct me_link *l)
 {
     struct proxy_worker *pw = l->m->pw;
     while (l->ohead && !l->err) {
@@ -134,7 +127,7 @@ static void link_flush(struct me_link *l)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 l->err = 1;
-                ev_feed_event(loop_of(l->m), &l->timer, EV_TIMER);
+                ev_feed_event(middle_loop_of(l->m), &l->timer, EV_TIMER);
             }
             break;
         }
@@ -153,12 +146,12 @@ static void link_flush(struct me_link *l)
             free(o);
         }
     }
-    link_rewatch(l);
+    middle_link_rewatch(l);
 }
 
 /* Queues one frame of a + b (either may be empty) with the next seqno, CBC-encrypted and
  * padded to 16 bytes, on behalf of conn_id (0 = control). Returns 0, or -1 (no memory). */
-static int link_send(struct me_link *l, uint64_t conn_id, const uint8_t *a, size_t alen,
+int middle_link_send(struct me_link *l, uint64_t conn_id, const uint8_t *a, size_t alen,
                      const uint8_t *b, size_t blen)
 {
     size_t len = alen + blen;
@@ -181,12 +174,12 @@ static int link_send(struct me_link *l, uint64_t conn_id, const uint8_t *a, size
         l->ohead = o;
     l->otail = o;
     if (conn_id) {
-        struct mclient *mc = hash_find(l->m, conn_id);
+        struct mclient *mc = middle_hash_find(l->m, conn_id);
         if (mc)
             mc->pending_up += n;
     }
     if (o == l->ohead)
-        link_flush(l);
+        middle_link_flush(l);
     return 0;
 }
 
@@ -202,12 +195,12 @@ static double ping_interval(const struct me_link *l)
 
 static void link_timer(struct me_link *l, double s)
 {
-    ev_timer_stop(loop_of(l->m), &l->timer);
+    ev_timer_stop(middle_loop_of(l->m), &l->timer);
     ev_timer_set(&l->timer, s, 0);
-    ev_timer_start(loop_of(l->m), &l->timer);
+    ev_timer_start(middle_loop_of(l->m), &l->timer);
 }
 
-static void link_name(const struct me_link *l, char *buf, size_t len)
+void middle_link_name(const struct me_link *l, char *buf, size_t len)
 {
     char a[SOCK_ADDR_STRLEN];
     sock_addr_format(&l->t->addrs[l->addr].addr, a, sizeof a);
@@ -217,7 +210,7 @@ static void link_name(const struct me_link *l, char *buf, size_t len)
 /* Closes the socket and forgets the session (queued frames, keys, buffers). */
 static void link_reset(struct me_link *l)
 {
-    link_watch(l, 0);
+    middle_link_watch(l, 0);
     if (l->fd >= 0)
         close(l->fd);
     l->fd = -1;
@@ -233,7 +226,7 @@ static void link_reset(struct me_link *l)
     l->rbuf = NULL;
     l->rlen = l->rcap = l->rdec = 0;
     l->err = l->ping_out = l->paused = 0;
-    ev_timer_stop(loop_of(l->m), &l->stall);
+    ev_timer_stop(middle_loop_of(l->m), &l->stall);
     if (l->state == ML_READY)
         STAT_DEC(&l->m->pw->stats.me_links_open);
     l->state = ML_WAIT;
@@ -243,7 +236,7 @@ static void link_free(struct me_link *l)
 {
     struct middle *m = l->m;
     link_reset(l);
-    ev_timer_stop(loop_of(m), &l->timer);
+    ev_timer_stop(middle_loop_of(m), &l->timer);
     for (struct me_link **pp = &m->links; *pp; pp = &(*pp)->next)
         if (*pp == l) {
             *pp = l->next;
@@ -255,7 +248,7 @@ static void link_free(struct me_link *l)
 
 /* Ends client c from the link's side (not c's own event): detached from its link at once, so
  * nothing more reaches it, and marked to close with r before the loop sleeps. */
-static void client_drop(struct conn *c, enum conn_reason r)
+void middle_client_drop(struct conn *c, enum conn_reason r)
 {
     middle_detach(c);
     conn_close_later(c, r);
@@ -267,7 +260,7 @@ static void link_fail(struct me_link *l, const char *why)
 {
     struct proxy_worker *pw = l->m->pw;
     char name[160];
-    link_name(l, name, sizeof name);
+    middle_link_name(l, name, sizeof name);
     if (l->state == ML_HANDSHAKE) {
         STAT_INC(&pw->stats.me_handshake_fails);
         log_warn("%s: ME handshake failed: check nat-info (the ME must see us at the "
@@ -287,7 +280,7 @@ static void link_fail(struct me_link *l, const char *why)
     l->failing = 1;
     while (l->clients) {
         STAT_INC(&pw->stats.me_dead_closed);
-        client_drop(l->clients->c, CR_ME_LINK);
+        middle_client_drop(l->clients->c, CR_ME_LINK);
     }
     l->failing = 0;
     if (l->draining) {
@@ -301,7 +294,7 @@ static void link_fail(struct me_link *l, const char *why)
 }
 
 /* Where the ME sees us: the socket's local address, through nat-info. */
-static void endpoint_of(const struct sockaddr_storage *ss, const struct options *o, int nat,
+void middle_endpoint_of(const struct sockaddr_storage *ss, const struct options *o, int nat,
                         struct rpc_endpoint *e)
 {
     memset(e, 0, sizeof *e);
@@ -348,7 +341,7 @@ static void link_connect(struct me_link *l)
     l->events = 0;
     ev_io_init(&l->io, on_link_io, l->fd, EV_WRITE);
     l->io.data = l;
-    link_rewatch(l);
+    middle_link_rewatch(l);
     link_timer(l, ME_HANDSHAKE_TIMEOUT);
 }
 
@@ -369,7 +362,7 @@ static void link_dial_step(struct me_link *l, int revents)
         return;
     }
     if (v > 0) { /* not yet: the events to wait for */
-        link_watch(l, (unsigned)v);
+        middle_link_watch(l, (unsigned)v);
         return;
     }
     char sv[SOCK_ADDR_STRLEN], msg[200];
@@ -401,20 +394,20 @@ static void link_connected(struct me_link *l)
     if (!o->socks5_on || socks_bound_addr(l->bound, &ss)) {
         if (o->socks5_on) {
             char name[160];
-            link_name(l, name, sizeof name);
+            middle_link_name(l, name, sizeof name);
             log_info("%s: the socks5 server did not say where it connects from: the keys use "
                      "our own address (through nat-info) and port", name);
         }
         getsockname(l->fd, (struct sockaddr *)&ss, &sl);
     }
-    endpoint_of(&ss, o, 1, &l->clt);
+    middle_endpoint_of(&ss, o, 1, &l->clt);
     if (o->socks5_on) {
         memcpy(&ss, &l->t->addrs[l->addr].addr.u, sizeof l->t->addrs[l->addr].addr.u);
     } else {
         sl = sizeof ss;
         getpeername(l->fd, (struct sockaddr *)&ss, &sl);
     }
-    endpoint_of(&ss, o, 0, &l->srv);
+    middle_endpoint_of(&ss, o, 0, &l->srv);
     l->nonce.key_select = (uint32_t)l->t->secret[0] | (uint32_t)l->t->secret[1] << 8 |
                           (uint32_t)l->t->secret[2] << 16 | (uint32_t)l->t->secret[3] << 24;
     l->nonce.schema = 1;
@@ -429,7 +422,7 @@ static void link_connected(struct me_link *l)
         return;
     }
     l->state = ML_NONCE;
-    link_rewatch(l);
+    middle_link_rewatch(l);
 }
 
 /* The ME's nonce: derive the keys, send our handshake (the first encrypted frame). */
@@ -475,7 +468,7 @@ static int link_nonce(struct me_link *l, const struct rpc_frame *f)
     peer[5] = (uint8_t)(l->srv.port >> 8);
     rpc_handshake_build(hs, 0, l->pid, peer);
     l->seq_out = RPC_SEQ_HANDSHAKE;
-    if (link_send(l, 0, hs, sizeof hs, NULL, 0)) {
+    if (middle_link_send(l, 0, hs, sizeof hs, NULL, 0)) {
         link_fail(l, "out of memory");
         return -1;
     }
@@ -512,7 +505,7 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
     STAT_INC(&pw->stats.me_handshakes);
     if (log_enabled(LOG_LVL_DEBUG)) {
         char name[160];
-        link_name(l, name, sizeof name);
+        middle_link_name(l, name, sizeof name);
         log_debug("%s: link ready", name);
     }
     l->state = ML_READY;
@@ -520,18 +513,19 @@ static int link_handshake(struct me_link *l, const struct rpc_frame *f)
     l->seq_in = 0;
     l->seq_out = 0;
     l->backoff = 0;
-    l->last_rx = ev_now(loop_of(l->m));
+    l->last_rx = ev_now(middle_loop_of(l->m));
     link_timer(l, ping_interval(l));
     for (struct mclient *mc = l->clients, *next; mc; mc = next) {
         next = mc->lnext;
         struct conn *c = mc->c;
         if (c->closing) /* marked by someone else: it closes before the loop sleeps */
             continue;
-        enum conn_reason v = mc->inlen ? client_packets(mc) : CR_NONE; /* came with its header */
+        /* what came with its header */
+        enum conn_reason v = mc->inlen ? middle_client_packets(mc) : CR_NONE;
         if (v != CR_NONE)
-            client_drop(c, v); /* frees mc */
+            middle_client_drop(c, v); /* frees mc */
         else
-            client_watch(mc);
+            middle_client_watch(mc);
     }
     return 0;
 }
@@ -543,8 +537,8 @@ static void link_resume(struct me_link *l)
 {
     if (l->paused && l->undelivered <= l->m->pw->opt->me_link_buffer / 2) {
         l->paused = 0;
-        ev_timer_stop(loop_of(l->m), &l->stall);
-        link_rewatch(l);
+        ev_timer_stop(middle_loop_of(l->m), &l->stall);
+        middle_link_rewatch(l);
     }
 }
 
@@ -583,7 +577,7 @@ static enum conn_reason client_queue(struct conn *c, const uint8_t *p, size_t n)
 
 /* Sends a packet (or a quick-ack token: ack = 1) to the client in its framing. Returns CR_NONE,
  * or why the client ends (the caller marks it: a link's message is not its event). */
-static enum conn_reason client_deliver(struct mclient *mc, const uint8_t *data, size_t len,
+enum conn_reason middle_client_deliver(struct mclient *mc, const uint8_t *data, size_t len,
                                        uint32_t confirm, int ack)
 {
     struct middle *m = mc->link->m;
@@ -620,7 +614,7 @@ static enum conn_reason client_deliver(struct mclient *mc, const uint8_t *data, 
         return r;
     c->down_bytes += n;
     STAT_ADD(&pw->stats.bytes_down, n);
-    c->last_io = ev_now(loop_of(m));
+    c->last_io = ev_now(middle_loop_of(m));
     r = side_flush(c, &c->cli, &c->dc);
     if (r != CR_NONE)
         return r;
@@ -630,7 +624,7 @@ static enum conn_reason client_deliver(struct mclient *mc, const uint8_t *data, 
         return CR_SLOW;
     }
     mc_sync(mc);
-    client_watch(mc);
+    middle_client_watch(mc);
     return CR_NONE;
 }
 
@@ -650,7 +644,7 @@ static int link_message(struct me_link *l, const struct rpc_frame *f)
         uint8_t pong[12];
         rpc_msg_u64(pong, RPC_PONG, msg.ping_id);
         STAT_INC(&pw->stats.me_pings);
-        if (link_send(l, 0, pong, sizeof pong, NULL, 0))
+        if (middle_link_send(l, 0, pong, sizeof pong, NULL, 0))
             l->err = 1;
         return 0;
     }
@@ -660,7 +654,7 @@ static int link_message(struct me_link *l, const struct rpc_frame *f)
     case RPC_SIMPLE_ACK:
     case RPC_CLOSE_EXT:
     case RPC_CLOSE_CONN:
-        mc = hash_find(m, msg.conn_id);
+        mc = middle_hash_find(m, msg.conn_id);
         if (!mc || mc->link != l) {
             /* a client we no longer know: tell the ME once per answer */
             STAT_INC(&pw->stats.me_unknown);
@@ -668,7 +662,7 @@ static int link_message(struct me_link *l, const struct rpc_frame *f)
                 l->last_unknown = msg.conn_id; /* once per run of late answers */
                 uint8_t cl[12];
                 rpc_msg_u64(cl, RPC_CLOSE_CONN, msg.conn_id);
-                link_send(l, 0, cl, sizeof cl, NULL, 0);
+                middle_link_send(l, 0, cl, sizeof cl, NULL, 0);
             }
             return 0;
         }
@@ -684,16 +678,16 @@ static int link_message(struct me_link *l, const struct rpc_frame *f)
     enum conn_reason r = CR_DC_CLOSED;
     if (msg.type == RPC_CLOSE_EXT || msg.type == RPC_CLOSE_CONN) {
         mc->conn_id = 0; /* closed by the ME: no RPC_CLOSE_CONN back */
-        hash_remove(m, mc);
+        middle_hash_remove(m, mc);
     } else if (msg.type == RPC_SIMPLE_ACK) {
         STAT_INC(&pw->stats.me_acks);
-        r = client_deliver(mc, NULL, 0, msg.confirm, 1);
+        r = middle_client_deliver(mc, NULL, 0, msg.confirm, 1);
     } else {
         STAT_INC(&pw->stats.me_answers);
-        r = client_deliver(mc, msg.data, msg.len, 0, 0);
+        r = middle_client_deliver(mc, msg.data, msg.len, 0, 0);
     }
     if (r != CR_NONE)
-        client_drop(c, r);
+        middle_client_drop(c, r);
     return 0;
 }
 
@@ -783,12 +777,11 @@ int middle_stall_victims(struct middle_holder *h, int n, size_t fair, size_t tar
     return k;
 }
 
-static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents);
 
 /* Runs the stall check in s seconds; a new epoch (no client drained in it yet). */
-static void link_stall_arm(struct me_link *l, double s)
+void middle_link_stall_arm(struct me_link *l, double s)
 {
-    struct ev_loop *loop = loop_of(l->m);
+    struct ev_loop *loop = middle_loop_of(l->m);
     l->pause_epoch++;
     ev_timer_stop(loop, &l->stall);
     ev_timer_set(&l->stall, s, 0);
@@ -814,7 +807,7 @@ static size_t client_unread(const struct mclient *mc, int *empty)
  * the link. Clients that read are left to drain until the link has been paused ME_STALL_ALL
  * graces: then the largest holders go whether they read or not. A pause shorter than a
  * quarter grace (a busy link) costs nothing here. */
-static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
+void middle_on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct me_link *l = t->data;
     struct proxy_worker *pw = l->m->pw;
@@ -835,7 +828,7 @@ static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
                 .progressed = mc->drained_epoch == l->pause_epoch || !noted || empty ||
                               unread + ME_STALL_PROGRESS <= mc->stall_mark};
         mc->stall_mark = unread;
-        mc->mark_epoch = l->pause_epoch + 1; /* the epoch link_stall_arm starts below */
+        mc->mark_epoch = l->pause_epoch + 1; /* the epoch middle_link_stall_arm starts below */
     }
     int k = 0;
     if (n) {
@@ -844,7 +837,7 @@ static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
                                  paused >= ME_STALL_ALL * grace);
     }
     char name[160];
-    link_name(l, name, sizeof name);
+    middle_link_name(l, name, sizeof name);
     if (judge && log_enabled(LOG_LVL_DEBUG)) {
         int reading = 0;
         for (int i = 0; i < n; i++)
@@ -864,12 +857,12 @@ static void on_link_stall(struct ev_loop *loop, ev_timer *t, int revents)
                  mc->accounted, l->undelivered, name,
                  h[i].progressed ? "the largest share" : "read none of them", paused);
         STAT_INC(&pw->stats.me_stalled_evicted);
-        client_drop(c, CR_SLOW); /* frees mc; the link resumes once under half */
+        middle_client_drop(c, CR_SLOW); /* frees mc; the link resumes once under half */
     }
     free(h);
     if (l->paused) { /* its holders read, are closing already, or no memory */
         l->stall_judge = 1;
-        link_stall_arm(l, judge ? grace : grace * 3 / 4);
+        middle_link_stall_arm(l, judge ? grace : grace * 3 / 4);
     }
 }
 
@@ -910,15 +903,15 @@ static void link_read(struct me_link *l)
             return;
         }
         l->rlen += (size_t)n;
-        l->last_rx = ev_now(loop_of(l->m));
+        l->last_rx = ev_now(middle_loop_of(l->m));
         l->ping_out = 0;
         if (link_input(l))
             return;
         if (l->state == ML_READY && l->undelivered > pw->opt->me_link_buffer) {
             if (!l->paused) { /* clients that hold it past me-stall-grace will be closed */
-                l->paused_at = ev_now(loop_of(l->m));
+                l->paused_at = ev_now(middle_loop_of(l->m));
                 l->stall_judge = 0;
-                link_stall_arm(l, pw->opt->me_stall_grace_ms / 4000.0);
+                middle_link_stall_arm(l, pw->opt->me_stall_grace_ms / 4000.0);
             }
             l->paused = 1; /* read again once its clients drained half of it */
             STAT_INC(&pw->stats.me_link_pauses);
@@ -931,7 +924,7 @@ static void link_read(struct me_link *l)
         link_fail(l, "write failed");
         return;
     }
-    link_rewatch(l);
+    middle_link_rewatch(l);
 }
 
 static void on_link_io(struct ev_loop *loop, ev_io *io, int revents)
@@ -942,7 +935,7 @@ static void on_link_io(struct ev_loop *loop, ev_io *io, int revents)
         return;
     }
     if (revents & EV_WRITE) {
-        link_flush(l);
+        middle_link_flush(l);
         if (l->err) {
             link_fail(l, "write failed");
             return;
@@ -989,7 +982,7 @@ static void on_link_timer(struct ev_loop *loop, ev_timer *t, int revents)
             rpc_msg_u64(ping, RPC_PING, id);
             l->ping_out = 1;
             l->last_rx = ev_now(loop); /* a full interval for the answer */
-            if (link_send(l, 0, ping, sizeof ping, NULL, 0) || l->err) {
+            if (middle_link_send(l, 0, ping, sizeof ping, NULL, 0) || l->err) {
                 link_fail(l, "write failed");
                 return;
             }
@@ -1013,13 +1006,13 @@ static int link_add(struct middle *m, struct me_table *t, int i)
     l->fd = -1;
     ev_init(&l->timer, on_link_timer);
     l->timer.data = l;
-    ev_init(&l->stall, on_link_stall);
+    ev_init(&l->stall, middle_on_link_stall);
     l->stall.data = l;
     l->next = m->links;
     m->links = l;
     /* spread first connects a little so workers do not start in lockstep */
     ev_timer_set(&l->timer, 0.001 * (double)(m->pw->w->id + 1), 0);
-    ev_timer_start(loop_of(m), &l->timer);
+    ev_timer_start(middle_loop_of(m), &l->timer);
     return 0;
 }
 
@@ -1106,7 +1099,7 @@ void middle_destroy(struct proxy_worker *pw)
 /* --- clients ------------------------------------------------------------------------------- */
 
 /* Reads the client while its link is ready and its requests fit; writes while bytes wait. */
-static void client_watch(struct mclient *mc)
+void middle_client_watch(struct mclient *mc)
 {
     struct conn *c = mc->c;
     const struct options *o = &c->gen->opt;
@@ -1187,7 +1180,7 @@ static enum conn_reason client_send(struct mclient *mc, const uint8_t *p, size_t
         uint8_t hdr[RPC_REQ_HDR_MAX];
         size_t hl = rpc_proxy_req_header(hdr, flags, mc->conn_id, &mc->remote, &mc->ours,
                                          o->ad_tag);
-        if (link_send(mc->link, mc->conn_id, hdr, hl, pkt, f.len))
+        if (middle_link_send(mc->link, mc->conn_id, hdr, hl, pkt, f.len))
             return CR_NO_MEMORY;
         STAT_INC(&pw->stats.me_requests);
         off += f.total;
@@ -1219,7 +1212,7 @@ static enum conn_reason client_append(struct mclient *mc, const uint8_t *p, size
 
 /* Sends what mc->in holds; an emptied buffer is freed (an idle client holds none). Returns
  * CR_NONE, or why c ends. */
-static enum conn_reason client_packets(struct mclient *mc)
+enum conn_reason middle_client_packets(struct mclient *mc)
 {
     size_t used;
     enum conn_reason r = client_send(mc, mc->in, mc->inlen, &used);
@@ -1246,7 +1239,7 @@ static enum conn_reason client_feed(struct mclient *mc, const uint8_t *p, size_t
     if (r == CR_NONE && used < n)
         r = client_append(mc, p + used, n - used);
     if (r == CR_NONE && mc->inlen && mc->link->state == ML_READY)
-        r = client_packets(mc);
+        r = middle_client_packets(mc);
     return r;
 }
 
@@ -1265,8 +1258,8 @@ enum conn_reason middle_attach(struct conn *c, uint8_t *extra, size_t n)
     c->mc = mc;
     do
         mc->conn_id = ++m->next_id;
-    while (!mc->conn_id || hash_find(m, mc->conn_id));
-    struct mclient **slot = hash_slot(m, mc->conn_id);
+    while (!mc->conn_id || middle_hash_find(m, mc->conn_id));
+    struct mclient **slot = middle_hash_slot(m, mc->conn_id);
     mc->hnext = *slot;
     *slot = mc;
     mc->lnext = l->clients;
@@ -1286,12 +1279,12 @@ enum conn_reason middle_attach(struct conn *c, uint8_t *extra, size_t n)
     memset(&ss, 0, sizeof ss);
     getsockname(c->cli.fd, (struct sockaddr *)&ss, &sl);
     struct rpc_endpoint e;
-    endpoint_of(&ss, &c->gen->opt, 1, &e);
+    middle_endpoint_of(&ss, &c->gen->opt, 1, &e);
     rpc_addr_set(&mc->ours, e.ip, e.v6, e.port);
     c->last_io = ev_now(pw->w->loop);
     if (log_enabled(LOG_LVL_DEBUG)) {
         char name[160];
-        link_name(l, name, sizeof name);
+        middle_link_name(l, name, sizeof name);
         log_debug("w%d conn %llu: dc %d via %s, conn id %016llx", pw->w->id,
                   (unsigned long long)c->id, c->dc_id, name, (unsigned long long)mc->conn_id);
     }
@@ -1303,7 +1296,7 @@ enum conn_reason middle_attach(struct conn *c, uint8_t *extra, size_t n)
         if (r != CR_NONE)
             return r;
     }
-    client_watch(mc);
+    middle_client_watch(mc);
     return CR_NONE;
 }
 
@@ -1313,13 +1306,13 @@ void middle_detach(struct conn *c)
     struct me_link *l = mc->link;
     struct middle *m = l->m;
     c->mc = NULL;
-    ev_clear_pending(loop_of(m), &c->cli.io); /* a read fed by out_done */
+    ev_clear_pending(middle_loop_of(m), &c->cli.io); /* a read fed by out_done */
     if (mc->conn_id) {
-        hash_remove(m, mc);
+        middle_hash_remove(m, mc);
         if (l->state == ML_READY) { /* the ME forgets it too */
             uint8_t cl[12];
             rpc_msg_u64(cl, RPC_CLOSE_CONN, mc->conn_id);
-            link_send(l, 0, cl, sizeof cl, NULL, 0);
+            middle_link_send(l, 0, cl, sizeof cl, NULL, 0);
         }
     }
     if (mc->lprev)
@@ -1334,7 +1327,7 @@ void middle_detach(struct conn *c)
     free(mc->in);
     free(mc);
     if (l->draining && !l->nclients && !l->failing) /* freed from its own callback */
-        ev_feed_event(loop_of(m), &l->timer, EV_TIMER);
+        ev_feed_event(middle_loop_of(m), &l->timer, EV_TIMER);
 }
 
 enum conn_reason middle_client_event(struct conn *c, int revents)
@@ -1381,9 +1374,9 @@ enum conn_reason middle_client_event(struct conn *c, int revents)
             if ((size_t)n < sizeof m->rd)
                 break;
         }
-        if (mc->inlen && mc->link->state == ML_READY && (r = client_packets(mc)) != CR_NONE)
+        if (mc->inlen && mc->link->state == ML_READY && (r = middle_client_packets(mc)) != CR_NONE)
             return r;
     }
-    client_watch(mc);
+    middle_client_watch(mc);
     return CR_NONE;
 }
