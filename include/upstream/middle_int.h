@@ -98,7 +98,7 @@ static inline struct ev_loop *middle_loop_of(const struct middle *m)
     return m->pw->w->loop;
 }
 
-/* --- the conn-id hash, a link's output, names ----------------------------------------------- */
+/* --- the conn-id hash, a link's output, names (middle_wire.c) ------------------------------ */
 
 /* The hash chain of conn id id in m. */
 struct mclient **middle_hash_slot(struct middle *m, uint64_t id);
