@@ -10,6 +10,14 @@
 #include "upstream/dialer.h"
 #include "upstream/middle.h"
 
+/*
+ * Calls go one way (tests/check_layers.py checks there is no circle):
+ *   middle_link (a link's life: connect, nonce, handshake, input, timers; the worker's setup)
+ *   -> middle_mux (clients by conn id, the three flow-control limits, stalled clients)
+ *   -> middle_wire (the conn-id hash, a link's output queue, names);
+ *   and middle_table (the ME table) under all of them.
+ */
+
 #define ME_READ_CHUNK 65536 /* one read of a link or a client, and their buffers' slack */
 
 enum me_state { ML_WAIT = 0, ML_CONNECTING, ML_NONCE, ML_HANDSHAKE, ML_READY };
@@ -127,7 +135,7 @@ void middle_link_name(const struct me_link *l, char *buf, size_t len);
 void middle_endpoint_of(const struct sockaddr_storage *ss, const struct options *o, int nat,
                         struct rpc_endpoint *e);
 
-/* --- clients, flow control, stalled clients ------------------------------------------------- */
+/* --- clients, flow control, stalled clients (middle_mux.c) ----------------------------------- */
 
 /* Ends client c from the link's side (not c's own event): detached from its link at once, and
  * closed with r before the loop sleeps. */
