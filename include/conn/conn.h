@@ -15,7 +15,7 @@
 #include "upstream/dcpool.h" /* struct dcpool_set */
 #include "users/rstore.h" /* struct rstore, rstore_cb */
 
-/* Not needed by this header: kept for files that still get them through it (relay.c, middle.c,
+/* Not needed by this header: kept for files that still get them through it (relay.c, middle_*.c,
  * main.c, tools.c, metrics.c, tests); each should include what it uses, then these go. */
 #include "core/worker.h"
 

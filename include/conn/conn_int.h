@@ -17,14 +17,14 @@
  *   -> hs_first -> hs_tls -> hs_obfs2 -> hs_gate, conn_front -> conn_up -> relay, middle
  *   and from any of them down to conn_guard, conn_names, conn_close (conn_close, the log
  *   rate limit) -> relay, middle -> conn_mark (conn_close_later, which calls nothing above it).
- * relay.c and middle.c return verdicts too; they reach conn_mark.c (conn_close_later) for
+ * relay.c and middle_*.c return verdicts too; they reach conn_mark.c (conn_close_later) for
  * connections other than the one whose event they handle.
  */
 
 /* --- verdicts ---------------------------------------------------------------------------- */
 
 /* A step's verdict is an enum conn_reason: CR_NONE to go on (the step moved c to the state it
- * wanted), else the reason the state machine closes the connection with. relay.c and middle.c
+ * wanted), else the reason the state machine closes the connection with. relay.c and middle_*.c
  * (side_flush, side_queue, relay_event, middle_client_event, middle_attach) return the same. */
 
 /* 1 if verdict r ends the step: a reason to close. */

@@ -187,7 +187,7 @@ struct conn {
     uint16_t rs_mss;           /* record-sizing: the client socket's MSS (0 = not read yet) */
     uint8_t hdr[OBFS2_HDR_LEN]; /* the client's header, then the plain header toward the DC */
     uint8_t ja4[JA4STAT_KEY_LEN]; /* its FakeTLS hello's JA4 (proxy/ja4stat.h), 0s if none */
-    struct mclient *mc;        /* middle mode: the client's ME state (proxy/middle.c) */
+    struct mclient *mc;        /* middle mode: the client's ME state (upstream/middle_*.c) */
 };
 
 #endif

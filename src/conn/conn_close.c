@@ -109,7 +109,7 @@ static void close_log(struct conn *c, enum conn_reason r)
 
 /* Ends a connection: logs once, counts, frees everything. The caller must not touch c
  * afterwards. Called by the state machine's entry points only (conn.c, the worker's sweep,
- * generation adoption and stop), and, until they return verdicts, by relay.c and middle.c. */
+ * generation adoption and stop), and, until they return verdicts, by relay.c and middle_*.c. */
 int conn_close(struct conn *c, enum conn_reason r)
 {
     struct proxy_worker *pw = c->pw;

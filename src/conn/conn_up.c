@@ -173,7 +173,7 @@ enum conn_reason up_start(struct conn *c)
 }
 
 /* Middle mode: an ME link instead of a DC connection (no upstream socket: the reserved
- * descriptor goes back). The machine, not middle.c, then moves c to RELAY and arms its idle
+ * descriptor goes back). The machine, not middle_*.c, then moves c to RELAY and arms its idle
  * timer. */
 enum conn_reason up_middle(struct conn *c, uint8_t *extra, size_t n)
 {
