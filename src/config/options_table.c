@@ -467,8 +467,9 @@ const struct config_option options_table[] = {
      "the first ee domain, on mask-port, read without decrypting; also how long the site keeps "
      "an idle connection, which held clients follow) and answer ee clients like it: the "
      "ServerHello's extension order and cipher, and the bytes of its encrypted records (sent "
-     "as one record: Telegram clients read exactly one), varied by tls-profile-vary. It is kept in state-file "
-     "with .tls-profile appended. Until learned (site unreachable): a built-in profile of a "
+     "as one record: Telegram clients read exactly one), varied by tls-profile-vary. It is "
+     "kept in state-file with .tls-profile appended. Until learned (site unreachable): a "
+     "built-in profile of a "
      "common server, said once in the log. off: tls-ext-order and tls-appdata-min/max."},
     {.name = "tls-profile-refresh", .type = CFG_DURATION, .offset = OFF(tls_profile_refresh_ms),
      .def = "6h", .min = 1000, .arg = "DURATION", .help = "How often the profile is learned "
