@@ -405,7 +405,7 @@ static int app_configure(struct app *a)
          * only; if there is none yet, none is made here). */
         char e[CONFIG_ERR_LEN];
         if (options_load_state(&g->opt, g->opt.state_file, e, sizeof e) < 0)
-            startup_error(&a->errs, "%s", e);
+            config_error(&a->errs, "%s", e);
     }
     if (a->doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
         return tools_doctor(g ? &g->opt : NULL, g ? g->me : NULL, &a->errs, a->offline, stdout)

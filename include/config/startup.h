@@ -24,10 +24,6 @@ void startup_lookup_user(struct run_user *u, const char *name);
  * -1 (logged: u was not found, or the switch failed). */
 int startup_drop_privileges(const struct run_user *u);
 
-/* Adds an error (printf's format) to e: kept while e has room, counted always. */
-void startup_error(struct config_errors *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* Everything that start-up would fail on after the config o parsed (u: its `user` looked up),
  * added to e: checked before anything is written (and by --check-config). busy counts the
  * errors that are a port or the state file's lock held by another process; with check_only

@@ -8,7 +8,6 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -39,17 +38,6 @@ int startup_drop_privileges(const struct run_user *u)
         return -1;
     }
     return 0;
-}
-
-void startup_error(struct config_errors *e, const char *fmt, ...)
-{
-    if (e->count < CONFIG_MAX_ERRORS) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(e->msg[e->count], CONFIG_ERR_LEN, fmt, ap);
-        va_end(ap);
-    }
-    e->count++;
 }
 
 /* 1 if path's directory exists and that user (u; NULL: this process) may create files in
@@ -90,9 +78,9 @@ static void check_file_dir(const char *key, const char *path, const struct run_u
     if (dir_ok(path, pw, &missing))
         return;
     if (missing)
-        startup_error(e, "%s %.200s: its directory does not exist", key, path);
+        config_error(e, "%s %.200s: its directory does not exist", key, path);
     else
-        startup_error(e, "%s %.200s: its directory is not writable by %.63s", key, path, who);
+        config_error(e, "%s %.200s: its directory is not writable by %.63s", key, path, who);
 }
 
 /* Binds each listen address once without SO_REUSEPORT (which would let a second mtproxy share
@@ -107,7 +95,7 @@ static void check_listen(const struct options *o, int check_only, struct config_
         for (int j = 0; j < i; j++)
             if (o->listen[j].len == o->listen[i].len &&
                 !memcmp(&o->listen[j].u, &o->listen[i].u, o->listen[i].len))
-                startup_error(e, "listen %s is given twice", a);
+                config_error(e, "listen %s is given twice", a);
         int fd = socket(o->listen[i].u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             continue;
@@ -124,16 +112,16 @@ static void check_listen(const struct options *o, int check_only, struct config_
             fprintf(stderr, "mtproxy: warning: listen %s is in use now: start-up fails unless "
                             "that is this proxy, running\n", a);
         else if (err == EADDRINUSE && ++*busy)
-            startup_error(e, "listen %s: the address is in use (another mtproxy or another server "
-                             "listens there)", a);
+            config_error(e, "listen %s: the address is in use (another mtproxy or another server "
+                            "listens there)", a);
         else if (err == EADDRNOTAVAIL)
-            startup_error(e, "listen %s: not an address of this machine", a);
+            config_error(e, "listen %s: not an address of this machine", a);
         else if (err == EACCES)
-            startup_error(e, "listen %s: ports below 1024 need root or the CAP_NET_BIND_SERVICE "
-                             "capability (setcap cap_net_bind_service=+ep on the binary, or "
-                             "AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)", a);
+            config_error(e, "listen %s: ports below 1024 need root or the CAP_NET_BIND_SERVICE "
+                            "capability (setcap cap_net_bind_service=+ep on the binary, or "
+                            "AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)", a);
         else
-            startup_error(e, "listen %s: %s", a, strerror(err));
+            config_error(e, "listen %s: %s", a, strerror(err));
     }
 }
 
@@ -147,9 +135,9 @@ void startup_check(const struct options *o, const struct run_user *u, int check_
     if (o->user[0]) {
         pw = u->found ? u : NULL;
         if (!pw)
-            startup_error(e, "user '%s' does not exist", o->user);
+            config_error(e, "user '%s' does not exist", o->user);
         else if (geteuid() != 0 && geteuid() != pw->uid)
-            startup_error(e, "user = %s: only root can switch to another user", o->user);
+            config_error(e, "user = %s: only root can switch to another user", o->user);
     }
     /* Files written before privileges are dropped (log, pidfile, a generated secret) need
      * this process's rights; the quota is saved after, as the user: with a quota limit the
@@ -178,8 +166,8 @@ void startup_check(const struct options *o, const struct run_user *u, int check_
                                 "mtproxy: start-up fails unless that is this proxy\n",
                         o->state_file);
             else if (++*busy)
-                startup_error(e, "another mtproxy is running with state file %.200s: give each "
-                                 "instance its own state-file", o->state_file);
+                config_error(e, "another mtproxy is running with state file %.200s: give each "
+                                "instance its own state-file", o->state_file);
         }
         close(fd);
     }
