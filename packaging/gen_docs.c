@@ -148,7 +148,7 @@ static void write_conf(FILE *f)
     fputs("# mtproxy.conf: configuration of mtproxy, an MTProto proxy for Telegram.\n"
           "#\n", f);
     wrap(f, "# ",
-         "Generated from the option table (src/config/options.c) by packaging/gen_docs.c, "
+         "Generated from the option table (src/config/options_table.c) by packaging/gen_docs.c, "
          "like mtproxy.conf(5), mtproxy(8) and `mtproxy --help`: to change this text, change "
          "the table and run `cmake --build BUILD --target update-docs`.", CONF_WIDTH);
     fputs("#\n", f);

@@ -1,21 +1,15 @@
 /* main.c: command line, config loading, start-up checks, workers, signals and shutdown. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/file.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <netinet/in.h>
 #include <syslog.h>
 #include <time.h>
@@ -41,6 +35,8 @@
 #include "config/preflight.h"
 #include "config/prefix.h"
 #include "config/reload.h"
+#include "config/startup.h"
+#include "config/statefile.h"
 #include "upstream/tlslearn.h"
 #include "admin/tools.h"
 #include "admin/usercli.h"
@@ -171,36 +167,6 @@ static void print_links(const struct options *o, uid_t owner)
         log_info("links use host '%s'; set public-host to the address clients reach", host);
 }
 
-/* The account `user` names, looked up once (getpwnam) at start. */
-struct run_user {
-    char name[sizeof ((struct options *)0)->user]; /* "": none (stay this process's user) */
-    int found;
-    uid_t uid;
-    gid_t gid;
-};
-
-static void run_user_lookup(struct run_user *u, const char *name)
-{
-    snprintf(u->name, sizeof u->name, "%s", name);
-    struct passwd *pw = name[0] ? getpwnam(name) : NULL;
-    u->found = pw != NULL;
-    u->uid = pw ? pw->pw_uid : (uid_t)-1;
-    u->gid = pw ? pw->pw_gid : (gid_t)-1;
-}
-
-static int drop_privileges(const struct run_user *u)
-{
-    if (!u->found) {
-        log_error("user '%s' does not exist", u->name);
-        return -1;
-    }
-    if (setgroups(0, NULL) != 0 || setgid(u->gid) != 0 || setuid(u->uid) != 0) {
-        log_error("cannot switch to user '%s': %s", u->name, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 /* The pidfile, written atomically (no planted symlink or leftover followed) and given to the
  * user the process will run as, so that it can still remove it (or, in a directory that user
  * cannot write, empty it) at exit. */
@@ -326,157 +292,6 @@ static void log_stats(struct proxy_worker *pws, struct worker *ws, int n)
         log_user_stats(pws[0].users);
 }
 
-/* 1 if path's directory exists and that user (u; NULL: this process) may create files in
- * it. Checked in a child that takes the user's identity. */
-static int dir_ok(const char *path, const struct run_user *pw, int *missing)
-{
-    char dir[OPT_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = 0;
-    else
-        *slash = 0;
-    struct stat st;
-    *missing = stat(dir, &st) != 0 || !S_ISDIR(st.st_mode);
-    if (*missing)
-        return 0;
-    if (!pw || geteuid() != 0 || pw->uid == 0)
-        return access(dir, W_OK | X_OK) == 0;
-    pid_t child = fork();
-    if (child == 0) {
-        if (setgroups(0, NULL) || setgid(pw->gid) || setuid(pw->uid))
-            _exit(2);
-        _exit(access(dir, W_OK | X_OK) == 0 ? 0 : 1);
-    }
-    int status = 0;
-    if (child < 0 || waitpid(child, &status, 0) < 0)
-        return 1; /* cannot tell: start-up will say */
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-#define CHECK_ERR(e, ...)                                                                      \
-    do {                                                                                       \
-        if ((e)->count < CONFIG_MAX_ERRORS)                                                    \
-            snprintf((e)->msg[(e)->count], CONFIG_ERR_LEN, __VA_ARGS__);                       \
-        (e)->count++;                                                                          \
-    } while (0)
-
-static void check_file_dir(const char *key, const char *path, const struct run_user *pw,
-                           const char *who, struct config_errors *e)
-{
-    int missing = 0;
-    if (dir_ok(path, pw, &missing))
-        return;
-    if (missing)
-        CHECK_ERR(e, "%s %.200s: its directory does not exist", key, path);
-    else
-        CHECK_ERR(e, "%s %.200s: its directory is not writable by %.63s", key, path, who);
-}
-
-/* Binds each listen address once without SO_REUSEPORT (which would let a second mtproxy share
- * the port and split the clients between two sets of secrets): in use, not an address of
- * this machine, or a privileged port are found before anything is written. */
-static void check_listen(const struct options *o, int check_only, struct config_errors *e,
-                         int *busy)
-{
-    for (int i = 0; i < o->nlisten; i++) {
-        char a[SOCK_ADDR_STRLEN];
-        sock_addr_format(&o->listen[i], a, sizeof a);
-        for (int j = 0; j < i; j++)
-            if (o->listen[j].len == o->listen[i].len &&
-                !memcmp(&o->listen[j].u, &o->listen[i].u, o->listen[i].len))
-                CHECK_ERR(e, "listen %s is given twice", a);
-        int fd = socket(o->listen[i].u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (o->listen[i].u.sa.sa_family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-        int rc = bind(fd, &o->listen[i].u.sa, o->listen[i].len) == 0 ? listen(fd, 1) : -1;
-        int err = errno;
-        close(fd);
-        if (rc == 0)
-            continue;
-        if (err == EADDRINUSE && check_only)
-            fprintf(stderr, "mtproxy: warning: listen %s is in use now: start-up fails unless "
-                            "that is this proxy, running\n", a);
-        else if (err == EADDRINUSE && ++*busy)
-            CHECK_ERR(e, "listen %s: the address is in use (another mtproxy or another server "
-                         "listens there)", a);
-        else if (err == EADDRNOTAVAIL)
-            CHECK_ERR(e, "listen %s: not an address of this machine", a);
-        else if (err == EACCES)
-            CHECK_ERR(e, "listen %s: ports below 1024 need root or the CAP_NET_BIND_SERVICE "
-                         "capability (setcap cap_net_bind_service=+ep on the binary, or "
-                         "AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)", a);
-        else
-            CHECK_ERR(e, "listen %s: %s", a, strerror(err));
-    }
-}
-
-/* Everything that start-up would fail on after the config parsed: checked before anything
- * is written (and by --check-config). busy counts the errors that are a port or the lock held
- * by another process. */
-static void startup_checks(const struct options *o, const struct run_user *u, int check_only,
-                           struct config_errors *e, int *busy)
-{
-    const struct run_user *pw = NULL;
-    if (o->user[0]) {
-        pw = u->found ? u : NULL;
-        if (!pw)
-            CHECK_ERR(e, "user '%s' does not exist", o->user);
-        else if (geteuid() != 0 && geteuid() != pw->uid)
-            CHECK_ERR(e, "user = %s: only root can switch to another user", o->user);
-    }
-    /* Files written before privileges are dropped (log, pidfile, a generated secret) need
-     * this process's rights; the quota is saved after, as the user: with a quota limit the
-     * state file's directory must be the user's. */
-    int quota = 0;
-    for (int i = 0; i < o->nlimits; i++)
-        quota |= o->limits[i].quota != 0;
-    check_file_dir("state-file", o->state_file, quota ? pw : NULL,
-                   quota && pw ? o->user : "this user", e);
-    if (strcmp(o->log, "stderr") && strcmp(o->log, "syslog"))
-        check_file_dir("log", o->log, NULL, "this user", e);
-    if (o->pidfile[0])
-        check_file_dir("pidfile", o->pidfile, NULL, "this user", e);
-    /* The API rewrites users-file (a temporary file in its directory, then a rename) as the
-     * user the process runs as. */
-    if (o->api_on && o->users_file[0])
-        check_file_dir("users-file", o->users_file, pw, pw ? o->user : "this user", e);
-    check_listen(o, check_only, e, busy);
-    char path[OPT_PATH_MAX + 8];
-    snprintf(path, sizeof path, "%s.lock", o->state_file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            if (check_only)
-                fprintf(stderr, "mtproxy: warning: state file %s is in use by a running "
-                                "mtproxy: start-up fails unless that is this proxy\n",
-                        o->state_file);
-            else if (++*busy)
-                CHECK_ERR(e, "another mtproxy is running with state file %.200s: give each "
-                             "instance its own state-file", o->state_file);
-        }
-        close(fd);
-    }
-}
-
-/* Prints every configuration error (stderr) with the count. */
-static void print_errors(const struct config_errors *e)
-{
-    int shown = e->count < CONFIG_MAX_ERRORS ? e->count : CONFIG_MAX_ERRORS;
-    for (int i = 0; i < shown; i++)
-        fprintf(stderr, "%s\n", e->msg[i]);
-    if (e->count > shown)
-        fprintf(stderr, "... and %d more errors\n", e->count - shown);
-    fprintf(stderr, "mtproxy: %d configuration error%s\n", e->count, e->count == 1 ? "" : "s");
-}
-
 static void log_acl(const struct acl *acl)
 {
     if (acl_active(acl))
@@ -484,82 +299,6 @@ static void log_acl(const struct acl *acl)
                  cidr_set_count(&acl->allow), cidr_set_count(&acl->deny),
                  cidr_set_memory(&acl->allow) + cidr_set_memory(&acl->deny),
                  acl->has_allow ? ": only allowed sources are served" : "");
-}
-
-#define STATE_SAVE_SECONDS 5
-
-/* The state file: the generated secret (if the config has none) and the quota each user has
- * used, rewritten atomically (fs_write_atomic: a crash or a full disk leaves the old file)
- * when it changed, every STATE_SAVE_SECONDS, on reload and at exit. */
-struct state_saver {
-    struct users *users;
-    char *last; /* what was written last */
-    uint32_t resets; /* users->resets when it was written (a quota started over since: the
-                      * file still holds the old period's line) */
-};
-
-/* Returns 0 (written, or nothing to write), or -1 (logged). */
-static int state_save(struct state_saver *sv, const struct gen *g, int final)
-{
-    const struct options *o = &g->opt;
-    char *q = NULL;
-    size_t qcap = 0;
-    users_quota_roll(sv->users, o->limits, o->nlimits, (int64_t)time(NULL)); /* /month ... */
-    if (users_state_format(sv->users, &q, &qcap) < 0) {
-        free(q);
-        return -1;
-    }
-    int rolled = sv->resets != sv->users->resets;
-    if (!q[0] && !g->state_secret && !rolled) { /* nothing to keep */
-        free(q);
-        return 0;
-    }
-    if (sv->last && !strcmp(sv->last, q) && !rolled) {
-        free(q);
-        return 0;
-    }
-    char err[600];
-    const struct secret *s = g->state_secret && o->nsecrets ? &o->secrets[0] : NULL;
-    if (options_save_state_text(s, q, o->state_file, err, sizeof err)) {
-        log_warn("%s%s", err, final ? "" : " (retried in a few seconds)");
-        free(q);
-        return -1;
-    }
-    free(sv->last);
-    sv->last = q;
-    sv->resets = sv->users->resets;
-    return 0;
-}
-
-/* Holds an exclusive lock on STATE-FILE.lock for the life of the process: a second mtproxy
- * on the same state file is refused. Returns the descriptor, or -1 with err (-2: the lock is
- * held by another process). */
-static int state_lock(const char *state_file, char *err, size_t errlen)
-{
-    char path[OPT_PATH_MAX + 8];
-    snprintf(path, sizeof path, "%s.lock", state_file);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open lock file %.200s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is locked): "
-                              "give each instance its own state-file", state_file, path);
-        close(fd);
-        return -2;
-    }
-    return fd;
-}
-
-/* The lock file names the process that holds it (`mtproxy doctor` tells this proxy's ports
- * from another program's by it): written once the pid is final (after daemonize). */
-static void state_lock_note_pid(int fd)
-{
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-        log_warn("cannot write the pid into the state file's lock file: %s", strerror(errno));
 }
 
 /* What the process holds from start to exit (main's phases share it). */
@@ -666,7 +405,7 @@ static int app_configure(struct app *a)
          * only; if there is none yet, none is made here). */
         char e[CONFIG_ERR_LEN];
         if (options_load_state(&g->opt, g->opt.state_file, e, sizeof e) < 0)
-            CHECK_ERR(&a->errs, "%s", e);
+            config_error(&a->errs, "%s", e);
     }
     if (a->doctor_cmd) /* its own checks, with a fix for each (the config's errors first) */
         return tools_doctor(g ? &g->opt : NULL, g ? g->me : NULL, &a->errs, a->offline, stdout)
@@ -675,7 +414,7 @@ static int app_configure(struct app *a)
         return g ? prefix_rotate_cmd(&g->opt, a->rotate_name, stdout) : EXIT_CONFIG;
     if (a->links_cmd && g) {
         if (a->errs.count) {
-            print_errors(&a->errs);
+            startup_print_errors(&a->errs);
             return EXIT_CONFIG;
         }
         if (!g->opt.nsecrets) {
@@ -694,11 +433,11 @@ static int app_check(struct app *a)
     struct gen *g = a->g;
     int busy = 0;
     if (g) {
-        run_user_lookup(&a->user, g->opt.user);
-        startup_checks(&g->opt, &a->user, a->check_only, &a->errs, &busy);
+        startup_lookup_user(&a->user, g->opt.user);
+        startup_check(&g->opt, &a->user, a->check_only, &a->errs, &busy);
     }
     if (a->errs.count) {
-        print_errors(&a->errs);
+        startup_print_errors(&a->errs);
         return a->errs.count == busy ? EXIT_BUSY : EXIT_CONFIG;
     }
     if (!a->check_only)
@@ -761,7 +500,7 @@ static int app_preflight(struct app *a)
     }
     a->log_opened = 1;
     /* One mtproxy per state file: the lock is held for the life of the process. */
-    if ((a->lock_fd = state_lock(o->state_file, err, sizeof err)) < 0) {
+    if ((a->lock_fd = statefile_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
         return a->lock_fd == -2 ? EXIT_BUSY : EXIT_CONFIG;
     }
@@ -936,7 +675,7 @@ static int app_detach(struct app *a)
         return 1;
     if (opt->user[0] && a->user.found)
         prefix_give_to(opt, a->user.uid);
-    if (opt->user[0] && drop_privileges(&a->user))
+    if (opt->user[0] && startup_drop_privileges(&a->user))
         return 1;
     return APP_ON;
 }
@@ -968,14 +707,14 @@ static int app_start(struct app *a)
         log_error("cannot start the metrics server: %s", strerror(mrc));
         return 1;
     }
-    state_lock_note_pid(a->lock_fd);
+    statefile_note_pid(a->lock_fd);
     log_info("mtproxy %s started, pid %ld, %d user%s", MTPROXY_VERSION, (long)getpid(),
              opt->nsecrets, opt->nsecrets == 1 ? "" : "s");
     /* Listening and serving: a Type=notify unit's start (and what is ordered after it) ends here. */
     if (sd_notify_state("READY=1") < 0)
         log_warn("cannot tell the service manager we are ready (NOTIFY_SOCKET): %s", strerror(errno));
     /* What the state file holds now: it is rewritten only when that changes (after dropping
-     * privileges, only a quota makes it change; see startup_checks). */
+     * privileges, only a quota makes it change; see startup_check). */
     a->saver.users = &a->users;
     size_t last_cap = 0;
     users_state_format(&a->users, &a->saver.last, &last_cap);
@@ -1026,7 +765,7 @@ static void app_reload(struct app *a)
     gen_unref(cur);
     a->g = g;
     print_links(&g->opt, a->user.uid);
-    state_save(&a->saver, g, 0);
+    statefile_save(&a->saver, g, 0);
     if (a->rl.me_err[0])
         log_error("SIGHUP: middle-proxy files not reloaded, keeping the current ones: %s",
                   a->rl.me_err);
@@ -1060,11 +799,11 @@ static int app_run(struct app *a)
     if (rc)
         log_warn("reloads run at normal priority: no thread for them: %s", strerror(rc));
     for (;;) {
-        struct timespec ts = {STATE_SAVE_SECONDS, 0};
+        struct timespec ts = {STATEFILE_SAVE_SECONDS, 0};
         int sig = sigtimedwait(&a->sigs, NULL, &ts);
         if (sig < 0) {
             gen_reap(&a->reaper); /* those let go since the last reload */
-            state_save(&a->saver, a->g, 0);
+            statefile_save(&a->saver, a->g, 0);
         } else if (sig == SIGHUP) {
             struct gen *before = a->g;
             api_reload_begin(&a->api_rl);
@@ -1073,7 +812,7 @@ static int app_run(struct app *a)
         } else if (sig == SIGUSR1) {
             log_stats(a->pws, a->ws, a->nworkers);
         } else if (sig == SIGUSR2) { /* the state file now (the API's reset-quota waits) */
-            api_state_saved(&a->api_rl, state_save(&a->saver, a->g, 0) == 0);
+            api_state_saved(&a->api_rl, statefile_save(&a->saver, a->g, 0) == 0);
         } else {
             log_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
             api_reloads_close(&a->api_rl);
@@ -1101,7 +840,7 @@ static void app_stop(struct app *a)
         lstore_stop(a->lstore); /* the last deltas, before the state file */
         a->lstore = NULL;
         log_stats(a->pws, a->ws, a->nworkers);
-        state_save(&a->saver, a->g, 1);
+        statefile_save(&a->saver, a->g, 1);
         if (a->pidfile[0])
             remove_pidfile(a->pidfile);
         log_info("stopped");

@@ -41,6 +41,14 @@ struct lstore_kv {
     size_t kn, vn;
 };
 
+#ifdef MTPROXY_HAVE_HIREDIS
+struct redisReply;
+/* The pairs of a hash reply r (an array of 2n strings) into *kv (malloc'd, pointing into r;
+ * NULL when n is 0 or on failure; the caller frees it). Returns n, or -1 (not such an array,
+ * or no memory). */
+long lstore_parse_pairs(const struct redisReply *r, struct lstore_kv **kv);
+#endif
+
 /* The fleet total of a quota hash's n pairs: the epoch (field "e", 0 if none) into *epoch,
  * the sum of the shares written under that epoch returned (saturating; malformed values are
  * skipped and counted in *bad if not NULL). */

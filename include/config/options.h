@@ -201,7 +201,7 @@ struct options {
                                  * it with listen-prefix; heap, options_free); else NULL */
 };
 
-/* The option table (also drives --help and the documented mtproxy.conf). */
+/* The option table (options_table.c; also drives --help and the documented mtproxy.conf). */
 extern const struct config_option options_table[];
 extern const size_t options_count;
 
@@ -225,6 +225,12 @@ int options_add_secret(struct options *o, const struct secret *s, char *err, siz
 
 /* The index of the secret named name, or -1. */
 int options_find_secret(const struct options *o, const char *name);
+
+/* The `secret` key's parser and reset (the option table's and the state file's): parses
+ * NAME:SECRET (secret_parse_named) and appends it to conf, a struct options, as
+ * options_add_secret does (0, or -1 with err); the reset forgets every secret so far. */
+int options_parse_secret(void *conf, const char *v, char *err, size_t errlen);
+void options_reset_secret(void *conf);
 
 /* 1 if s's key is one shown in mtproxy's documentation (refused by options_validate). */
 int options_documented_secret(const struct secret *s);

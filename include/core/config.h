@@ -45,6 +45,10 @@ struct config_errors {
     char msg[CONFIG_MAX_ERRORS][CONFIG_ERR_LEN];
 };
 
+/* Adds an error (printf's format) to e: kept while e has room, counted always. */
+void config_error(struct config_errors *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* A parse session over one option table and one config struct. */
 struct config_parser {
     const struct config_option *opts;

@@ -22,154 +22,6 @@
 #include <hiredis/hiredis.h>
 #endif
 
-/* --- pure parts ------------------------------------------------------------------------------ */
-
-int lstore_parse_u64(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > 19)
-        return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-/* "A B": two decimal numbers and one blank. */
-static int parse_pair(const char *s, size_t n, uint64_t *a, uint64_t *b)
-{
-    const char *sp = memchr(s, ' ', n);
-    if (!sp)
-        return -1;
-    size_t k = (size_t)(sp - s);
-    return lstore_parse_u64(s, k, a) || lstore_parse_u64(sp + 1, n - k - 1, b) ? -1 : 0;
-}
-
-int lstore_parse_live(const char *s, size_t n, uint32_t *conns, uint32_t *ips)
-{
-    uint64_t c, i;
-    if (parse_pair(s, n, &c, &i) || c > UINT32_MAX || i > UINT32_MAX)
-        return -1;
-    *conns = (uint32_t)c;
-    *ips = (uint32_t)i;
-    return 0;
-}
-
-int lstore_parse_share(const char *s, size_t n, uint64_t *epoch, uint64_t *bytes)
-{
-    return parse_pair(s, n, epoch, bytes);
-}
-
-uint64_t lstore_quota_total(const struct lstore_kv *kv, size_t n, uint64_t *epoch, size_t *bad)
-{
-    uint64_t e = 0, sum = 0;
-    size_t nbad = 0;
-    for (size_t i = 0; i < n; i++)
-        if (kv[i].kn == 1 && kv[i].k[0] == 'e' && lstore_parse_u64(kv[i].v, kv[i].vn, &e))
-            nbad++;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t pe, b;
-        if (kv[i].kn == 1 && kv[i].k[0] == 'e')
-            continue;
-        if (lstore_parse_share(kv[i].v, kv[i].vn, &pe, &b)) {
-            nbad++;
-            continue;
-        }
-        if (pe == e)
-            sum = sum + b < sum ? UINT64_MAX : sum + b;
-    }
-    *epoch = e;
-    if (bad)
-        *bad = nbad;
-    return sum;
-}
-
-long long lstore_live_ttl_ms(unsigned interval_ms)
-{
-    long long t = (long long)interval_ms * LSTORE_LIVE_TTL_INTERVALS;
-    return t < LSTORE_LIVE_TTL_MIN_MS ? LSTORE_LIVE_TTL_MIN_MS : t;
-}
-
-long long lstore_quota_ttl_ms(int64_t next, int64_t now)
-{
-    if (!next)
-        return 0;
-    long long s = (long long)(next - now) + 86400;
-    return (s < 1 ? 1 : s) * 1000;
-}
-
-uint64_t lstore_delta(uint64_t snap, uint64_t base)
-{
-    return snap >= base ? snap - base : snap;
-}
-
-uint64_t lstore_adjust(uint64_t cur, uint64_t snap, uint64_t fleet, int *stale)
-{
-    *stale = cur < snap;
-    if (cur < snap)
-        return cur;
-    uint64_t since = cur - snap;
-    return fleet + since < fleet ? UINT64_MAX : fleet + since;
-}
-
-#ifdef MTPROXY_HAVE_HIREDIS
-/* The pairs of a hash reply (an array of 2n strings), into kv (malloc'd). Returns n, or -1
- * (not such an array, or no memory). */
-static long reply_pairs(const redisReply *r, struct lstore_kv **kv)
-{
-    *kv = NULL;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements % 2)
-        return -1;
-    size_t n = r->elements / 2;
-    if (!n)
-        return 0;
-    struct lstore_kv *p = malloc(n * sizeof *p);
-    if (!p)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        const redisReply *k = r->element[2 * i], *v = r->element[2 * i + 1];
-        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) {
-            free(p);
-            return -1;
-        }
-        p[i] = (struct lstore_kv){k->str, v->str, k->len, v->len};
-    }
-    *kv = p;
-    return (long)n;
-}
-
-/* A reply read the ways a flush reads one: a hash (quota shares, live counts). */
-static void interpret(void *reply, void *ctx)
-{
-    (void)ctx;
-    struct lstore_kv *kv;
-    long np = reply_pairs(reply, &kv);
-    if (np > 0) {
-        uint64_t e;
-        lstore_quota_total(kv, (size_t)np, &e, NULL);
-        for (long i = 0; i < np; i++) {
-            uint32_t c, ip;
-            lstore_parse_live(kv[i].v, kv[i].vn, &c, &ip);
-        }
-    }
-    free(kv);
-}
-
-int lstore_parse_replies(const char *buf, size_t len)
-{
-    return rstore_each_reply(buf, len, 1, interpret, NULL);
-}
-#else
-int lstore_parse_replies(const char *buf, size_t len)
-{
-    (void)buf, (void)len;
-    return -1;
-}
-#endif
-
 /* --- the flusher ------------------------------------------------------------------------------ */
 
 #define SLOW_TICKS 2          /* a flush unanswered this many ticks: the store is down */
@@ -474,7 +326,7 @@ static void flush_done(struct lstore *ls)
 static void on_live(struct lstore *ls, const redisReply *r, uint32_t idx)
 {
     struct lstore_kv *kv;
-    long n = reply_pairs(r, &kv);
+    long n = lstore_parse_pairs(r, &kv);
     if (n < 0) {
         ls->failed_replies++;
         return;
@@ -538,7 +390,7 @@ static void take_reply(struct lstore *ls, const struct plan *p, const redisReply
             ls->lu[p->idx].new_epoch = (uint64_t)r->integer;
     } else if (p->kind == K_QUOTA) {
         struct lstore_kv *kv;
-        long n = reply_pairs(r, &kv);
+        long n = lstore_parse_pairs(r, &kv);
         if (n >= 0) {
             struct lu *l = &ls->lu[p->idx];
             uint64_t e;
@@ -617,52 +469,72 @@ static void take_resets(struct lstore *ls)
     pthread_mutex_unlock(&ls->mu);
 }
 
-/* Builds and sends one flush. Returns 0, or -1 (the store is down: nothing in flight). */
-static int flush_send(struct lstore *ls)
+/* User i's quota state brought to period (the one holding now): a new period starts over here
+ * and in its count, an asked-for reset zeroes it. Returns its used bytes now. */
+static uint64_t quota_roll(struct lstore *ls, uint32_t i, int64_t period)
 {
-    struct users *u = ls->users;
-    double wall = (double)time(NULL), mono = now_mono();
-    const struct options *o = &ls->gen->opt;
-    double window = o->ips_window_ms / 1000.0;
-    /* full: every quota user's share written and its total read (idle ones too): now and then,
-     * at the end, and after a failure (the store may have lost its data: a Redis restart) */
-    int full = ls->tickno % IDLE_REFRESH_TICKS == 1 || ls->final || ls->resync;
-    uint32_t nlu = ls->nlu;
-    size_t cap = 2 + 2 * (size_t)nlu;
-    const char **argv = malloc(cap * sizeof *argv);
-    size_t *lens = malloc(cap * sizeof *lens);
-    char (*vals)[48] = malloc((nlu ? nlu : 1) * sizeof *vals);
-    int rc = -1;
-    if (!argv || !lens || !vals)
-        goto out;
-    ls->sent_at = mono;
-    take_resets(ls);
-    /* quota */
-    for (uint32_t i = 0; i < nlu; i++) {
-        struct lu *l = &ls->lu[i];
-        if (!l->lim || !l->lim->quota)
-            continue;
-        struct user_shared *s = users_shared(u, i);
-        uint64_t used = shared64_load(&s->used);
-        int64_t next, period = users_period_start(l->lim->quota_period, l->lim->quota_day,
-                                                  (int64_t)wall, &next);
-        if (period != l->period) {
-            if (l->period != -1) { /* a new period: it starts over here too (see users_quota_roll) */
-                shared64_store(&s->period, (uint64_t)period);
-                shared64_store(&s->used, 0);
-                used = 0;
-                l->base = 0;
-            }
-            l->period = period;
-            l->mine = 0;
-            l->epoch = 0;
-        }
-        if (l->resetting) {
+    struct lu *l = &ls->lu[i];
+    struct user_shared *s = users_shared(ls->users, i);
+    uint64_t used = shared64_load(&s->used);
+    if (period != l->period) {
+        if (l->period != -1) { /* a new period: it starts over here too (see users_quota_roll) */
+            shared64_store(&s->period, (uint64_t)period);
             shared64_store(&s->used, 0);
             used = 0;
             l->base = 0;
-            l->mine = 0;
         }
+        l->period = period;
+        l->mine = 0;
+        l->epoch = 0;
+    }
+    if (l->resetting) {
+        shared64_store(&s->used, 0);
+        used = 0;
+        l->base = 0;
+        l->mine = 0;
+    }
+    return used;
+}
+
+/* Queues user i's quota commands: its share written (resetting: its epoch bumped instead),
+ * the hash's expiry (a periodic quota, next its end), its fleet total read. Returns 0, or -1. */
+static int send_quota(struct lstore *ls, uint32_t i, int64_t period, int64_t next, double wall)
+{
+    struct lu *l = &ls->lu[i];
+    char key[SECRET_NAME_MAX + 48], val[48], ttl[24];
+    snprintf(key, sizeof key, "mtproxy:l:q:%s:%lld", users_name(ls->users, i),
+             (long long)period);
+    if (l->resetting) {
+        if (send4(ls, K_EPOCH, i, "HINCRBY", key, "e", "1"))
+            return -1;
+    } else {
+        snprintf(val, sizeof val, "%llu %llu", (unsigned long long)l->epoch,
+                 (unsigned long long)l->mine);
+        const char *hv[4] = {"HSET", key, ls->inst, val};
+        size_t hl[4] = {4, strlen(key), strlen(ls->inst), strlen(val)};
+        if (send_cmd(ls, K_PLAIN, i, 4, hv, hl))
+            return -1;
+    }
+    if (next) {
+        snprintf(ttl, sizeof ttl, "%lld", lstore_quota_ttl_ms(next, (int64_t)wall));
+        if (send4(ls, K_PLAIN, i, "PEXPIRE", key, ttl, NULL))
+            return -1;
+    }
+    return send4(ls, K_QUOTA, i, "HGETALL", key, NULL, NULL);
+}
+
+/* The quota part of a flush: the share and total of each quota user active here lately, past
+ * its quota or resetting (every quota user's in a full flush). Returns 0, or -1. */
+static int flush_quota(struct lstore *ls, double wall, double mono, int full)
+{
+    for (uint32_t i = 0; i < ls->nlu; i++) {
+        struct lu *l = &ls->lu[i];
+        if (!l->lim || !l->lim->quota)
+            continue;
+        struct user_shared *s = users_shared(ls->users, i);
+        int64_t next, period = users_period_start(l->lim->quota_period, l->lim->quota_day,
+                                                  (int64_t)wall, &next);
+        uint64_t used = quota_roll(ls, i, period);
         uint64_t d = lstore_delta(used, l->base);
         uint32_t live = atomic_load_explicit(&s->active, memory_order_relaxed) - l->conns_applied;
         if (d || live)
@@ -675,42 +547,21 @@ static int flush_send(struct lstore *ls)
         l->base = used;
         l->snap = used;
         l->in_quota = 1;
-        char key[SECRET_NAME_MAX + 48], val[48], ttl[24];
-        snprintf(key, sizeof key, "mtproxy:l:q:%s:%lld", users_name(u, i), (long long)period);
-        if (l->resetting) {
-            if (send4(ls, K_EPOCH, i, "HINCRBY", key, "e", "1"))
-                goto out;
-        } else {
-            snprintf(val, sizeof val, "%llu %llu", (unsigned long long)l->epoch,
-                     (unsigned long long)l->mine);
-            const char *hv[4] = {"HSET", key, ls->inst, val};
-            size_t hl[4] = {4, strlen(key), strlen(ls->inst), strlen(val)};
-            if (send_cmd(ls, K_PLAIN, i, 4, hv, hl))
-                goto out;
-        }
-        if (next) {
-            snprintf(ttl, sizeof ttl, "%lld", lstore_quota_ttl_ms(next, (int64_t)wall));
-            if (send4(ls, K_PLAIN, i, "PEXPIRE", key, ttl, NULL))
-                goto out;
-        }
-        if (send4(ls, K_QUOTA, i, "HGETALL", key, NULL, NULL))
-            goto out;
+        if (send_quota(ls, i, period, next, wall))
+            return -1;
     }
-    /* live: this instance's counts, then the others' */
-    int na = 2;
-    argv[0] = "HSET";
-    argv[1] = ls->live_key;
-    int ndel = 2;
-    const char **del = malloc(cap * sizeof *del);
-    size_t *dlens = malloc(cap * sizeof *dlens);
-    if (!del || !dlens) {
-        free(del);
-        free(dlens);
-        goto out;
-    }
-    del[0] = "HDEL";
-    del[1] = ls->live_key;
-    for (uint32_t i = 0; i < nlu; i++) {
+    return 0;
+}
+
+/* This instance's live counts of the users with a conns or ips limit (none in the last flush):
+ * those not 0 appended to argv as NAME "CONNS IPS" pairs (the values in vals, one per user),
+ * those gone to 0 since written appended to del; *na and *ndel are the lengths. */
+static void live_collect(struct lstore *ls, double wall, const char **argv, char (*vals)[48],
+                         int *na, const char **del, int *ndel)
+{
+    struct users *u = ls->users;
+    double window = ls->gen->opt.ips_window_ms / 1000.0;
+    for (uint32_t i = 0; i < ls->nlu; i++) {
         struct lu *l = &ls->lu[i];
         int want = l->lim && (l->lim->conns || l->lim->ips);
         uint32_t c = 0, ip = 0;
@@ -723,52 +574,85 @@ static int flush_send(struct lstore *ls)
         }
         if (c || ip) {
             snprintf(vals[i], sizeof vals[i], "%u %u", c, ip);
-            argv[na] = users_name(u, i);
-            argv[na + 1] = vals[i];
-            na += 2;
+            argv[*na] = users_name(u, i);
+            argv[*na + 1] = vals[i];
+            *na += 2;
             l->live_written = 1;
         } else if (l->live_written) {
-            del[ndel++] = users_name(u, i);
+            del[(*ndel)++] = users_name(u, i);
             l->live_written = 0;
         }
     }
+}
+
+/* The live part of a flush: this instance's counts written into its live hash (HSET), the
+ * users gone to 0 taken out (HDEL). argv and lens hold cap entries, vals one per user.
+ * Returns 0, or -1. */
+static int flush_live(struct lstore *ls, double wall, const char **argv, size_t *lens,
+                      char (*vals)[48], size_t cap)
+{
+    int na = 2;
+    argv[0] = "HSET";
+    argv[1] = ls->live_key;
+    int ndel = 2;
+    const char **del = malloc(cap * sizeof *del);
+    size_t *dlens = malloc(cap * sizeof *dlens);
+    if (!del || !dlens) {
+        free(del);
+        free(dlens);
+        return -1;
+    }
+    del[0] = "HDEL";
+    del[1] = ls->live_key;
+    live_collect(ls, wall, argv, vals, &na, del, &ndel);
     for (int i = 0; i < na; i++)
         lens[i] = strlen(argv[i]);
     for (int i = 0; i < ndel; i++)
         dlens[i] = strlen(del[i]);
-    char ttl[24];
-    snprintf(ttl, sizeof ttl, "%lld",
-             lstore_live_ttl_ms((unsigned)(ls->interval * 1000 + 0.5)));
     int bad = (na > 2 && send_cmd(ls, K_PLAIN, 0, na, argv, lens)) ||
               (ndel > 2 && send_cmd(ls, K_PLAIN, 0, ndel, del, dlens));
     free(del);
     free(dlens);
-    if (bad)
-        goto out;
+    return bad ? -1 : 0;
+}
+
+/* The instance set: this instance in it with its live hash kept alive, and the set read (the
+ * next flush's others), or in the last flush taken out; the instances seen gone taken out.
+ * Returns 0, or -1. */
+static int flush_instances(struct lstore *ls)
+{
+    char ttl[24];
+    snprintf(ttl, sizeof ttl, "%lld",
+             lstore_live_ttl_ms((unsigned)(ls->interval * 1000 + 0.5)));
     if (ls->final) {
         if (send4(ls, K_PLAIN, 0, "SREM", "mtproxy:l:instances", ls->inst, NULL))
-            goto out;
+            return -1;
     } else if (send4(ls, K_PLAIN, 0, "PEXPIRE", ls->live_key, ttl, NULL) ||
                send4(ls, K_PLAIN, 0, "SADD", "mtproxy:l:instances", ls->inst, NULL) ||
                send4(ls, K_MEMBERS, 0, "SMEMBERS", "mtproxy:l:instances", NULL, NULL)) {
-        goto out;
+        return -1;
     }
-    if (ls->ngone) {
-        const char *sv[2 + MAX_INSTANCES];
-        size_t sl[2 + MAX_INSTANCES];
-        sv[0] = "SREM";
-        sv[1] = "mtproxy:l:instances";
-        for (size_t j = 0; j < ls->ngone; j++)
-            sv[2 + j] = ls->gone_names[j];
-        for (size_t j = 0; j < 2 + ls->ngone; j++)
-            sl[j] = strlen(sv[j]);
-        int bad_srem = send_cmd(ls, K_PLAIN, 0, (int)(2 + ls->ngone), sv, sl);
-        for (size_t j = 0; j < ls->ngone; j++)
-            free(ls->gone_names[j]);
-        ls->ngone = 0;
-        if (bad_srem)
-            goto out;
-    }
+    if (!ls->ngone)
+        return 0;
+    const char *sv[2 + MAX_INSTANCES];
+    size_t sl[2 + MAX_INSTANCES];
+    sv[0] = "SREM";
+    sv[1] = "mtproxy:l:instances";
+    for (size_t j = 0; j < ls->ngone; j++)
+        sv[2 + j] = ls->gone_names[j];
+    for (size_t j = 0; j < 2 + ls->ngone; j++)
+        sl[j] = strlen(sv[j]);
+    int bad_srem = send_cmd(ls, K_PLAIN, 0, (int)(2 + ls->ngone), sv, sl);
+    for (size_t j = 0; j < ls->ngone; j++)
+        free(ls->gone_names[j]);
+    ls->ngone = 0;
+    return bad_srem ? -1 : 0;
+}
+
+/* The other instances' live hashes read (an empty one marks its instance gone). Returns 0,
+ * or -1. */
+static int flush_others(struct lstore *ls)
+{
     free(ls->gone);
     ls->gone = calloc(ls->nothers ? ls->nothers : 1, 1);
     shared64_store(&ls->ninstances, 0);
@@ -776,30 +660,59 @@ static int flush_send(struct lstore *ls)
         char key[128];
         snprintf(key, sizeof key, "mtproxy:l:i:%s", ls->others[j]);
         if (send4(ls, K_LIVE, (uint32_t)j, "HGETALL", key, NULL, NULL))
-            goto out;
+            return -1;
     }
-    rc = 0;
-out:
-    free(argv);
-    free(lens);
-    free(vals);
+    return 0;
+}
+
+/* A flush built (rc 0) or given up on (rc -1): in flight if anything was queued, else its
+ * users' quota marks cleared. Returns 0 (in flight), or -1 (nothing sent). */
+static int flush_settle(struct lstore *ls, int rc, int full)
+{
     if (rc == 0 && ls->nplan) {
         ls->inflight = 1;
         ls->full_inflight = full;
-    } else if (ls->nplan) {
+        return 0;
+    }
+    if (ls->nplan) {
         /* partly queued: the connection is dropped so the queued part fails as a whole
          * (flush_done counts it, from the callbacks the drop calls) */
         ls->failed_replies++;
         ls->inflight = 1;
         rstore_reconnect(&ls->rs);
-        rc = 0;
-    } else {
-        /* nothing sent: the bytes stay in mine; a reset stays asked for */
-        for (uint32_t i = 0; i < nlu; i++)
-            ls->lu[i].in_quota = 0;
-        rc = -1;
+        return 0;
     }
-    return rc;
+    /* nothing sent: the bytes stay in mine; a reset stays asked for */
+    for (uint32_t i = 0; i < ls->nlu; i++)
+        ls->lu[i].in_quota = 0;
+    return -1;
+}
+
+/* Builds and sends one flush. Returns 0, or -1 (the store is down: nothing in flight). */
+static int flush_send(struct lstore *ls)
+{
+    double wall = (double)time(NULL), mono = now_mono();
+    /* full: every quota user's share written and its total read (idle ones too): now and then,
+     * at the end, and after a failure (the store may have lost its data: a Redis restart) */
+    int full = ls->tickno % IDLE_REFRESH_TICKS == 1 || ls->final || ls->resync;
+    uint32_t nlu = ls->nlu;
+    size_t cap = 2 + 2 * (size_t)nlu;
+    const char **argv = malloc(cap * sizeof *argv);
+    size_t *lens = malloc(cap * sizeof *lens);
+    char (*vals)[48] = malloc((nlu ? nlu : 1) * sizeof *vals);
+    int rc = -1;
+    if (argv && lens && vals) {
+        ls->sent_at = mono;
+        take_resets(ls);
+        /* quota; live: this instance's counts, the instance set, then the others' counts */
+        if (!flush_quota(ls, wall, mono, full) && !flush_live(ls, wall, argv, lens, vals, cap) &&
+            !flush_instances(ls) && !flush_others(ls))
+            rc = 0;
+    }
+    free(argv);
+    free(lens);
+    free(vals);
+    return flush_settle(ls, rc, full);
 }
 
 static void sample_cpu(struct lstore *ls)

@@ -10,10 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add_error(struct config_errors *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void add_error(struct config_errors *e, const char *fmt, ...)
+void config_error(struct config_errors *e, const char *fmt, ...)
 {
     if (e->count < CONFIG_MAX_ERRORS) {
         va_list ap;
@@ -205,13 +202,13 @@ int config_init(struct config_parser *p, const struct config_option *opts, size_
     p->nopts = nopts;
     p->conf = conf;
     if (nopts > sizeof p->origin) {
-        add_error(&p->errors, "internal: too many options (%zu)", nopts);
+        config_error(&p->errors, "internal: too many options (%zu)", nopts);
         return -1;
     }
     for (size_t i = 0; i < nopts; i++) {
         char err[CONFIG_ERR_LEN];
         if (opts[i].def && *opts[i].def && apply(&opts[i], conf, opts[i].def, err, sizeof err))
-            add_error(&p->errors, "internal: default of %s: %s", opts[i].name, err);
+            config_error(&p->errors, "internal: default of %s: %s", opts[i].name, err);
     }
     return p->errors.count ? -1 : 0;
 }
@@ -244,7 +241,7 @@ int config_set(struct config_parser *p, const char *key, const char *value,
     const struct config_option *o = config_find(p, key);
     if (!o) {
         char q[80];
-        add_error(&p->errors, "%s: unknown key '%s'", where, quotable(key, 0, q, sizeof q));
+        config_error(&p->errors, "%s: unknown key '%s'", where, quotable(key, 0, q, sizeof q));
         return -1;
     }
     size_t idx = (size_t)(o - p->opts);
@@ -252,7 +249,7 @@ int config_set(struct config_parser *p, const char *key, const char *value,
         o->reset(p->conf); /* a higher source replaces the list instead of appending to it */
     char err[CONFIG_ERR_LEN];
     if (apply(o, p->conf, value, err, sizeof err)) {
-        add_error(&p->errors, "%s: %s", where, err);
+        config_error(&p->errors, "%s: %s", where, err);
         return -1;
     }
     p->origin[idx] = (unsigned char)from;
@@ -302,7 +299,7 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
         char where[300];
         snprintf(where, sizeof where, "%s:%d", name, lineno);
         if (n == sizeof line - 1 && line[n - 1] != '\n') {
-            add_error(&p->errors, "%s: line too long", where);
+            config_error(&p->errors, "%s: line too long", where);
             const char *nl = memchr(data + pos, '\n', len - pos); /* skip the rest of it */
             pos = nl ? (size_t)(nl - data) + 1 : len;
             continue;
@@ -320,7 +317,7 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
         char *eq = strchr(s, '=');
         if (!eq) {
             char q[80];
-            add_error(&p->errors, "%s: expected 'key = value', got '%s'", where,
+            config_error(&p->errors, "%s: expected 'key = value', got '%s'", where,
                       quotable(s, 1, q, sizeof q));
             continue;
         }
@@ -329,7 +326,7 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
         size_t vlen = strlen(value);
         int q0 = value[0] == '"', q1 = vlen >= 2 && value[vlen - 1] == '"';
         if (q0 != q1 || (q0 && vlen < 2)) {
-            add_error(&p->errors, "%s: unterminated quote in the value of '%s'", where, key);
+            config_error(&p->errors, "%s: unterminated quote in the value of '%s'", where, key);
             continue;
         }
         if (q0) {
@@ -337,16 +334,16 @@ int config_load_buffer(struct config_parser *p, const char *name, const char *da
             value++;
         }
         if (!*key) {
-            add_error(&p->errors, "%s: missing key before '='", where);
+            config_error(&p->errors, "%s: missing key before '='", where);
             continue;
         }
         if (!*value) {
-            add_error(&p->errors, "%s: missing value for '%s'", where, key);
+            config_error(&p->errors, "%s: missing value for '%s'", where, key);
             continue;
         }
         const struct config_option *o = config_find(p, key);
         if (o && !(o->flags & CFG_REPEAT) && set_at[o - p->opts]) {
-            add_error(&p->errors, "%s: '%s' is already set at line %d (it may be given once)",
+            config_error(&p->errors, "%s: '%s' is already set at line %d (it may be given once)",
                       where, key, set_at[o - p->opts]);
             continue;
         }
@@ -360,7 +357,7 @@ int config_load_file(struct config_parser *p, const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        add_error(&p->errors, "%s: cannot open: %s", path, strerror(errno));
+        config_error(&p->errors, "%s: cannot open: %s", path, strerror(errno));
         return 1;
     }
     char *data = NULL;
@@ -369,14 +366,14 @@ int config_load_file(struct config_parser *p, const char *path)
     for (;;) {
         if (len == cap) {
             if (cap >= CONFIG_FILE_MAX) {
-                add_error(&p->errors, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
+                config_error(&p->errors, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
                 failed = 1;
                 break;
             }
             size_t ncap = cap ? 2 * cap : 8192;
             char *nd = realloc(data, ncap);
             if (!nd) {
-                add_error(&p->errors, "%s: out of memory", path);
+                config_error(&p->errors, "%s: out of memory", path);
                 failed = 1;
                 break;
             }
@@ -387,7 +384,7 @@ int config_load_file(struct config_parser *p, const char *path)
         len += got;
         if (got == 0) {
             if (ferror(f)) {
-                add_error(&p->errors, "%s: read error: %s", path, strerror(errno));
+                config_error(&p->errors, "%s: read error: %s", path, strerror(errno));
                 failed = 1;
             }
             break;
@@ -406,7 +403,7 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
             char q[80];
-            add_error(&p->errors, "'%s': expected --key value", quotable(a, 0, q, sizeof q));
+            config_error(&p->errors, "'%s': expected --key value", quotable(a, 0, q, sizeof q));
             continue;
         }
         char key[128];
@@ -419,13 +416,13 @@ int config_load_args(struct config_parser *p, int argc, char **argv)
             snprintf(key, sizeof key, "%s", a + 2);
             if (!config_find(p, key)) {
                 char q[80];
-                add_error(&p->errors, "--%s: unknown key", quotable(key, 0, q, sizeof q));
+                config_error(&p->errors, "--%s: unknown key", quotable(key, 0, q, sizeof q));
                 if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
                     i++; /* its value */
                 continue;
             }
             if (i + 1 >= argc) {
-                add_error(&p->errors, "--%s: missing value", key);
+                config_error(&p->errors, "--%s: missing value", key);
                 continue;
             }
             value = argv[++i];

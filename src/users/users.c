@@ -174,6 +174,144 @@ static int quota_day_parse(struct user_limit *l, const char *text, char *err, si
     return 0;
 }
 
+/* The KEY=VALUE fields of a limit line, by the bit each sets in limit_words.seen. */
+enum { LF_CONNS, LF_IPS, LF_QUOTA, LF_EXPIRES, LF_RATE, LF_QUOTA_DAY, LF_COUNT };
+static const char *const limit_keys[LF_COUNT] = {"conns", "ips", "quota", "expires", "rate",
+                                                 "quota-day"};
+
+/* What a limit line's words have given so far. */
+struct limit_words {
+    unsigned seen;  /* bit k: limit_keys[k] given */
+    int nfields;    /* fields given, `disabled` included */
+    char qday[16];  /* quota-day's value ("": none), parsed once the quota's period is known */
+};
+
+/* quota=SIZE[/day|/week|/month] (val, cut at the slash) into l. Returns 0, or -1 with err. */
+static int limit_quota_parse(struct user_limit *l, char *val, char *err, size_t errlen)
+{
+    char e2[128];
+    unsigned long long sz;
+    char *slash = strchr(val, '/');
+    if (slash) {
+        *slash++ = 0;
+        for (int qp = QP_DAY; qp <= QP_MONTH; qp++)
+            if (!strcmp(slash, users_period_name(qp)))
+                l->quota_period = (uint8_t)qp;
+    }
+    if (config_parse_size(val, &sz, e2, sizeof e2) || sz == 0 || (slash && !l->quota_period)) {
+        snprintf(err, errlen, "limit %s: quota must be a size above 0, alone or per "
+                              "day, week or month (e.g. 10G, 50G/month)", l->name);
+        return -1;
+    }
+    l->quota = sz;
+    return 0;
+}
+
+/* rate=SIZE/s (val of vlen bytes, the /s cut off) into l. Returns 0, or -1 with err. */
+static int limit_rate_parse(struct user_limit *l, char *val, size_t vlen, char *err,
+                            size_t errlen)
+{
+    char e2[128];
+    unsigned long long sz;
+    if (vlen < 3 || strcmp(val + vlen - 2, "/s") != 0) {
+        snprintf(err, errlen, "limit %s: rate must be SIZE/s (e.g. 1M/s)", l->name);
+        return -1;
+    }
+    val[vlen - 2] = 0;
+    if (config_parse_size(val, &sz, e2, sizeof e2) || sz < 1024 || sz > (1ULL << 40)) {
+        snprintf(err, errlen, "limit %s: rate must be 1k/s to 1024G/s", l->name);
+        return -1;
+    }
+    l->rate = sz;
+    return 0;
+}
+
+/* The value val (vlen bytes, may be changed) of field k (LF_*) into l (quota-day's into
+ * w->qday). Returns 0, or -1 with err. */
+static int limit_value_parse(struct user_limit *l, int k, char *val, size_t vlen,
+                             struct limit_words *w, char *err, size_t errlen)
+{
+    char e2[128];
+    long long v;
+    switch (k) {
+    case LF_CONNS:
+    case LF_IPS:
+        if (config_parse_int(val, &v, e2, sizeof e2) || v < 1 || v > 1000000) {
+            snprintf(err, errlen, "limit %s: %s must be an integer in 1..1000000", l->name,
+                     limit_keys[k]);
+            return -1;
+        }
+        if (k == LF_CONNS)
+            l->conns = (uint32_t)v;
+        else
+            l->ips = (uint32_t)v;
+        return 0;
+    case LF_QUOTA:
+        return limit_quota_parse(l, val, err, errlen);
+    case LF_QUOTA_DAY:
+        if (vlen >= sizeof w->qday) {
+            snprintf(err, errlen, "limit %s: quota-day '%.20s' is too long", l->name, val);
+            return -1;
+        }
+        memcpy(w->qday, val, vlen + 1);
+        return 0;
+    case LF_EXPIRES:
+        if (parse_date(val, vlen, &l->expires)) {
+            snprintf(err, errlen, "limit %s: expires must be YYYY-MM-DD or "
+                                  "YYYY-MM-DDTHH:MM:SSZ (UTC)", l->name);
+            return -1;
+        }
+        return 0;
+    case LF_RATE:
+        return limit_rate_parse(l, val, vlen, err, errlen);
+    }
+    return 0;
+}
+
+/* One word p..q (q: its end) of a limit line after the name: `disabled` or KEY=VALUE, into l
+ * and w. Returns 0, or -1 with err. */
+static int limit_word_parse(struct user_limit *l, const char *p, const char *q,
+                            struct limit_words *w, char *err, size_t errlen)
+{
+    const char *eq = memchr(p, '=', (size_t)(q - p));
+    if (q - p == 8 && !memcmp(p, "disabled", 8)) {
+        if (l->disabled) {
+            snprintf(err, errlen, "limit %s: disabled given twice", l->name);
+            return -1;
+        }
+        l->disabled = 1;
+        w->nfields++;
+        return 0;
+    }
+    char val[64];
+    size_t klen = eq ? (size_t)(eq - p) : 0;
+    size_t vlen = eq ? (size_t)(q - eq - 1) : 0;
+    if (!eq || vlen == 0 || vlen >= sizeof val) {
+        snprintf(err, errlen, "limit %s: '%.*s' is not KEY=VALUE", l->name,
+                 (int)(q - p > 40 ? 40 : q - p), p);
+        return -1;
+    }
+    memcpy(val, eq + 1, vlen);
+    val[vlen] = 0;
+    int k = -1;
+    for (int i = 0; i < LF_COUNT; i++)
+        if (strlen(limit_keys[i]) == klen && !memcmp(p, limit_keys[i], klen))
+            k = i;
+    if (k < 0) {
+        snprintf(err, errlen, "limit %s: unknown field '%.*s' (conns, ips, quota, "
+                              "quota-day, expires, rate, disabled)", l->name,
+                 (int)(klen > 20 ? 20 : klen), p);
+        return -1;
+    }
+    if (w->seen & (1u << k)) {
+        snprintf(err, errlen, "limit %s: %s given twice", l->name, limit_keys[k]);
+        return -1;
+    }
+    w->seen |= 1u << k;
+    w->nfields++;
+    return limit_value_parse(l, k, val, vlen, w, err, errlen);
+}
+
 int users_limit_parse(const char *text, struct user_limit *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -192,9 +330,7 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
     }
     memcpy(out->name, p, (size_t)(q - p));
     out->name[q - p] = 0;
-    unsigned seen = 0;
-    int nfields = 0;
-    char qday[16] = "";
+    struct limit_words w = {0};
     for (p = q;;) {
         while (*p == ' ' || *p == '\t')
             p++;
@@ -203,115 +339,17 @@ int users_limit_parse(const char *text, struct user_limit *out, char *err, size_
         q = p;
         while (*q && *q != ' ' && *q != '\t')
             q++;
-        const char *eq = memchr(p, '=', (size_t)(q - p));
-        if (q - p == 8 && !memcmp(p, "disabled", 8)) {
-            if (out->disabled) {
-                snprintf(err, errlen, "limit %s: disabled given twice", out->name);
-                return -1;
-            }
-            out->disabled = 1;
-            nfields++;
-            p = q;
-            continue;
-        }
-        char val[64];
-        size_t klen = eq ? (size_t)(eq - p) : 0;
-        size_t vlen = eq ? (size_t)(q - eq - 1) : 0;
-        if (!eq || vlen == 0 || vlen >= sizeof val) {
-            snprintf(err, errlen, "limit %s: '%.*s' is not KEY=VALUE", out->name,
-                     (int)(q - p > 40 ? 40 : q - p), p);
+        if (limit_word_parse(out, p, q, &w, err, errlen))
             return -1;
-        }
-        memcpy(val, eq + 1, vlen);
-        val[vlen] = 0;
-        static const char *const keys[] = {"conns", "ips", "quota", "expires", "rate",
-                                           "quota-day"};
-        int k = -1;
-        for (int i = 0; i < 6; i++)
-            if (strlen(keys[i]) == klen && !memcmp(p, keys[i], klen))
-                k = i;
-        if (k < 0) {
-            snprintf(err, errlen, "limit %s: unknown field '%.*s' (conns, ips, quota, "
-                                  "quota-day, expires, rate, disabled)", out->name,
-                     (int)(klen > 20 ? 20 : klen), p);
-            return -1;
-        }
-        if (seen & (1u << k)) {
-            snprintf(err, errlen, "limit %s: %s given twice", out->name, keys[k]);
-            return -1;
-        }
-        seen |= 1u << k;
-        nfields++;
-        char e2[128];
-        long long v;
-        unsigned long long sz;
-        switch (k) {
-        case 0:
-        case 1:
-            if (config_parse_int(val, &v, e2, sizeof e2) || v < 1 || v > 1000000) {
-                snprintf(err, errlen, "limit %s: %s must be an integer in 1..1000000",
-                         out->name, keys[k]);
-                return -1;
-            }
-            if (k == 0)
-                out->conns = (uint32_t)v;
-            else
-                out->ips = (uint32_t)v;
-            break;
-        case 2: {
-            char *slash = strchr(val, '/');
-            if (slash) {
-                *slash++ = 0;
-                for (int qp = QP_DAY; qp <= QP_MONTH; qp++)
-                    if (!strcmp(slash, users_period_name(qp)))
-                        out->quota_period = (uint8_t)qp;
-            }
-            if (config_parse_size(val, &sz, e2, sizeof e2) || sz == 0 ||
-                (slash && !out->quota_period)) {
-                snprintf(err, errlen, "limit %s: quota must be a size above 0, alone or per "
-                                      "day, week or month (e.g. 10G, 50G/month)", out->name);
-                return -1;
-            }
-            out->quota = sz;
-            break;
-        }
-        case 5:
-            if (vlen >= sizeof qday) {
-                snprintf(err, errlen, "limit %s: quota-day '%.20s' is too long", out->name, val);
-                return -1;
-            }
-            memcpy(qday, val, vlen + 1);
-            break;
-        case 3:
-            if (parse_date(val, vlen, &out->expires)) {
-                snprintf(err, errlen, "limit %s: expires must be YYYY-MM-DD or "
-                                      "YYYY-MM-DDTHH:MM:SSZ (UTC)", out->name);
-                return -1;
-            }
-            break;
-        case 4:
-            if (vlen < 3 || strcmp(val + vlen - 2, "/s") != 0) {
-                snprintf(err, errlen, "limit %s: rate must be SIZE/s (e.g. 1M/s)", out->name);
-                return -1;
-            }
-            val[vlen - 2] = 0;
-            if (config_parse_size(val, &sz, e2, sizeof e2) || sz < 1024 ||
-                sz > (1ULL << 40)) {
-                snprintf(err, errlen, "limit %s: rate must be 1k/s to 1024G/s", out->name);
-                return -1;
-            }
-            out->rate = sz;
-            break;
-        }
         p = q;
     }
-    if (!nfields) {
+    if (!w.nfields) {
         snprintf(err, errlen, "limit %s: no limit given (conns=, ips=, quota=, expires=, rate=, "
                               "disabled)",
                  out->name);
         return -1;
     }
-    return quota_day_parse(out, qday, err, errlen);
+    return quota_day_parse(out, w.qday, err, errlen);
 }
 
 /* --- registry ------------------------------------------------------------------------------ */

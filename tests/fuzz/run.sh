@@ -40,7 +40,8 @@ cmake --build "$build" --target fuzz_targets -j "$jobs" >"$build/fuzz-logs/build
 dict_file=$build/fuzz-logs/config.dict
 {
     cat "$here/fuzz_config.dict"
-    sed -n 's/.*\.name = "\([a-z0-9-]*\)".*/"\1"/p' "$root/src/config/options.c"
+    sed -n 's/.*\.name = "\([a-z0-9-]*\)".*/"\1"/p' "$root/src/config/options_table.c" \
+        "$root/src/config/options.c"
 } >"$dict_file"
 
 nonet=""

@@ -1,0 +1,75 @@
+/* statefile.c: the state file kept up to date (the generated secret, the quota used) and its
+ * lock (one mtproxy per state file). */
+#include "config/statefile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "config/options.h"
+#include "config/reload.h"
+#include "users/users.h"
+
+int statefile_save(struct state_saver *sv, const struct gen *g, int final)
+{
+    const struct options *o = &g->opt;
+    char *q = NULL;
+    size_t qcap = 0;
+    users_quota_roll(sv->users, o->limits, o->nlimits, (int64_t)time(NULL)); /* /month ... */
+    if (users_state_format(sv->users, &q, &qcap) < 0) {
+        free(q);
+        return -1;
+    }
+    int rolled = sv->resets != sv->users->resets;
+    if (!q[0] && !g->state_secret && !rolled) { /* nothing to keep */
+        free(q);
+        return 0;
+    }
+    if (sv->last && !strcmp(sv->last, q) && !rolled) {
+        free(q);
+        return 0;
+    }
+    char err[600];
+    const struct secret *s = g->state_secret && o->nsecrets ? &o->secrets[0] : NULL;
+    if (options_save_state_text(s, q, o->state_file, err, sizeof err)) {
+        log_warn("%s%s", err, final ? "" : " (retried in a few seconds)");
+        free(q);
+        return -1;
+    }
+    free(sv->last);
+    sv->last = q;
+    sv->resets = sv->users->resets;
+    return 0;
+}
+
+int statefile_lock(const char *state_file, char *err, size_t errlen)
+{
+    char path[OPT_PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", state_file);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open lock file %.200s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is "
+                              "locked): give each instance its own state-file", state_file, path);
+        close(fd);
+        return -2;
+    }
+    return fd;
+}
+
+void statefile_note_pid(int fd)
+{
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        log_warn("cannot write the pid into the state file's lock file: %s", strerror(errno));
+}
