@@ -39,7 +39,15 @@ void metrics_user_limits(const struct gen *g, int i, uint64_t *quota, int64_t *e
  * if none). */
 int64_t metrics_user_quota_reset(const struct gen *g, int i, const char **period);
 
-/* Appends /stats's (and /users's) opening: "{" the version, times, workers,
+/* Appends each per-user counter that /stats shows as ,"key":value (t: one user's totals). */
+void metrics_user_counters_json(const struct user_totals *t, struct sbuf *out);
+
+/* Appends every metric (t: metrics_totals_collect's) as the JSON objects of /stats's
+ * "metrics" array, each after a newline, comma-separated. */
+void metrics_samples_json(const struct metrics_shared *ms, const struct gen *g,
+                          const struct metrics_totals *t, struct sbuf *out);
+
+/* metrics_stats.c. Appends /stats's (and /users's) opening: "{" the version, times, workers,
  * links (as given) and the summary of t; the caller writes the rest and the closing "}". */
 void metrics_stats_head(const struct metrics_shared *ms, const struct metrics_totals *t,
                         int links, struct sbuf *out);
