@@ -1,34 +1,21 @@
 /* metrics_server.c: the metrics server: its thread, connections, routing, the API's listener. */
 #include "admin/metrics.h"
-#include "admin/metrics_render.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/log.h"
 #include "core/worker.h"
 #include "proto/http.h"
 #include "admin/api.h"
 #include "admin/httpd.h"
-#include "config/prefix.h"
-#include "admin/qr.h"
+#include "admin/metrics_page.h"
 #include "config/reload.h"
-#include "admin/userpage.h"
-
-/* The status page (src/admin/status.html), embedded at build time. */
-extern const char metrics_status_html[];
-extern const size_t metrics_status_html_len;
 
 int metrics_host_is_loopback(const char *host)
 {
@@ -103,12 +90,8 @@ struct metrics_server {
     struct gen *_Atomic next_gen; /* posted by main, one reference */
     struct gen *gen;              /* served now, one reference */
     struct httpd_cache cache[MB_COUNT];
-    struct httpd_body *status_page;
     ev_timer hist_timer;            /* once a second: the traffic history rings */
-    struct hist_ring *hist;         /* the whole proxy's (NULL: out of memory) */
-    struct hist_users hist_users;   /* the users being viewed */
-    struct upage_row *rows;         /* the user list's rows, one per user of gen */
-    size_t rows_cap;
+    struct metrics_page page;       /* the status page, its users' rows, the history */
     struct metrics_stats stats;
     struct httpd_conn conns[METRICS_MAX_CONNS];
 };
@@ -153,188 +136,11 @@ static void mconn_close(struct httpd_conn *m)
     httpd_conn_close(m);
 }
 
-/* /qr/NAME.svg: the t.me link of user NAME of g as a QR code, or NULL. */
-static struct httpd_body *qr_body(const struct gen *g, const char *name)
-{
-    size_t n = strlen(name);
-    const struct options *o = &g->opt;
-    char host[256];
-    int port = options_link_host(o, host, sizeof host);
-    for (int i = 0; n > 4 && !strcmp(name + n - 4, ".svg") && i < o->nsecrets; i++) {
-        if (strlen(o->secrets[i].name) != n - 4 || memcmp(o->secrets[i].name, name, n - 4))
-            continue;
-        char tg[1024], https[1024];
-        struct sbuf out = {.max = METRICS_BODY_MAX};
-        port = prefix_link_host(o, i, host, sizeof host, port);
-        if (secret_links(&o->secrets[i], host, port, tg, sizeof tg, https, sizeof https) ||
-            qr_svg(https, 4, &out)) {
-            sbuf_free(&out);
-            return NULL;
-        }
-        return httpd_body_of(&out);
-    }
-    return NULL;
-}
-
-/* --- the status page for many users: the user list, one user, the history (userpage.c) --- */
-
-/* The index of user name in g, or -1. */
-static int user_index(const struct gen *g, const char *name)
-{
-    for (int i = 0; i < g->opt.nsecrets; i++)
-        if (!strcmp(g->opt.secrets[i].name, name))
-            return i;
-    return -1;
-}
-
-/* GET /users?offset=&limit=&q=&sort=&order=: one page of the users searched and sorted, no
- * links. NULL with *why set on a bad query (or out of memory). */
-static struct httpd_body *users_body(struct metrics_server *s, const char *query, int links,
-                               const char **why)
-{
-    const struct gen *g = s->gen;
-    struct upage_query uq;
-    if (upage_parse(query, &uq, why))
-        return NULL;
-    *why = "out of memory"; /* from here on, the only failure */
-    size_t n = (size_t)g->opt.nsecrets;
-    if (n > s->rows_cap) {
-        struct upage_row *r = realloc(s->rows, n * sizeof *r);
-        if (!r)
-            return NULL;
-        s->rows = r;
-        s->rows_cap = n;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct user_totals ut;
-        metrics_user_totals(g, (int)i, &ut);
-        s->rows[i] = (struct upage_row){.name = g->opt.secrets[i].name, .idx = (uint32_t)i,
-                                        .bytes = ut.bytes_up + ut.bytes_down,
-                                        .conns = ut.conns, .active = ut.active,
-                                        .quota_used = ut.quota_used};
-    }
-    size_t k = upage_filter(s->rows, n, uq.q);
-    upage_sort(s->rows, k, uq.sort, uq.desc);
-    char host[256];
-    int port = options_link_host(&g->opt, host, sizeof host);
-    struct sbuf out = {.max = METRICS_BODY_MAX};
-    struct metrics_totals *t = malloc(sizeof *t);
-    if (!t)
-        return NULL;
-    metrics_totals_collect(s->ms, t);
-    metrics_stats_head(s->ms, t, links, &out);
-    free(t);
-    sbuf_printf(&out, ",\"user_addr\":%s,\"total\":%zu,\"matched\":%zu,\"offset\":%zu,"
-                "\"limit\":%zu,\"sort\":\"%s\",\"order\":\"%s\",\"users\":[",
-                g->opt.user_addr ? "true" : "false", n, k, uq.offset, uq.limit,
-                upage_sort_name(uq.sort), uq.desc ? "desc" : "asc");
-    for (size_t i = uq.offset; i < k && i < uq.offset + uq.limit; i++) {
-        sbuf_printf(&out, "%s", i > uq.offset ? "," : "");
-        metrics_user_json(g, (int)s->rows[i].idx, host, port, 0, &out);
-    }
-    sbuf_printf(&out, "]}\n");
-    return httpd_body_of(&out);
-}
-
-/* GET /users/NAME: user NAME with its links (if links), or NULL (no such user). */
-static struct httpd_body *user_body(struct metrics_server *s, const char *path, int links)
-{
-    char name[SECRET_NAME_MAX + 1];
-    int i;
-    if (http_pct_decode(path, strlen(path), name, sizeof name, 0) < 0 ||
-        (i = user_index(s->gen, name)) < 0)
-        return NULL;
-    char host[256];
-    int port = options_link_host(&s->gen->opt, host, sizeof host);
-    struct sbuf out = {.max = METRICS_BODY_MAX};
-    sbuf_printf(&out, "{\"links\":%s,\"user\":", links ? "true" : "false");
-    metrics_user_json(s->gen, i, host, port, links, &out);
-    sbuf_printf(&out, "}\n");
-    return httpd_body_of(&out);
-}
-
-/* GET /history (name NULL) or /history/NAME: the last hour per second. A user's is kept
- * from the first time it is asked for (HIST_USERS users at most: the least recently viewed
- * is dropped). NULL: no such user, or out of memory. */
-static struct httpd_body *history_body(struct metrics_server *s, const char *path)
-{
-    const struct hist_ring *r = s->hist;
-    char name[SECRET_NAME_MAX + 1] = "";
-    if (path) {
-        if (http_pct_decode(path, strlen(path), name, sizeof name, 0) < 0 ||
-            user_index(s->gen, name) < 0)
-            return NULL;
-        r = hist_users_get(&s->hist_users, name, httpd_clock(CLOCK_MONOTONIC));
-    }
-    if (!r)
-        return NULL;
-    struct sbuf out = {.max = METRICS_BODY_MAX};
-    sbuf_printf(&out, "{\"user\":");
-    if (path)
-        sbuf_printf(&out, "\"%s\"", name);
-    else
-        sbuf_printf(&out, "null");
-    sbuf_printf(&out, ",\"users_kept\":%d,\"history\":", HIST_USERS);
-    hist_json(r, &out);
-    sbuf_printf(&out, "}\n");
-    return httpd_body_of(&out);
-}
-
-/* Once a second on the server's thread: the counters (relaxed reads, as /stats) into the
- * rings; nothing runs on the relays' loops. */
+/* Once a second: the traffic history rings (metrics_page_sample). */
 static void on_hist_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct metrics_server *s = t->data;
-    (void)loop, (void)revents;
-    int64_t now = (int64_t)httpd_clock(CLOCK_MONOTONIC);
-    struct metrics_totals *tt = malloc(sizeof *tt);
-    if (s->hist && tt) {
-        metrics_totals_collect(s->ms, tt);
-        hist_sample(s->hist, now, STAT_GET(&tt->s.bytes_up) + STAT_GET(&tt->s.bytes_down),
-                    STAT_GET(&tt->s.accepted), STAT_GET(&tt->s.active));
-    }
-    free(tt);
-    for (int k = 0; k < HIST_USERS; k++) {
-        struct hist_user *hu = &s->hist_users.u[k];
-        int i = hu->name[0] && hu->ring ? user_index(s->gen, hu->name) : -1;
-        struct user_totals ut = {0};
-        if (i >= 0)
-            metrics_user_totals(s->gen, i, &ut);
-        if (hu->name[0] && hu->ring) /* a user gone counts nothing */
-            hist_sample(hu->ring, now, ut.bytes_up + ut.bytes_down, ut.conns, ut.active);
-    }
-}
-
-/* Serves the paths above; 0 if path is not one of them. */
-static int serve_userpage(struct httpd_conn *m, const struct http_request *rq, int links,
-                          int head)
-{
-    struct metrics_server *s = m->owner;
-    struct httpd_body *body = NULL;
-    if (!strcmp(rq->path, "/users")) {
-        char query[METRICS_REQ_MAX];
-        const char *why = NULL;
-        httpd_conn_query(m, query, sizeof query);
-        if (!(body = users_body(s, query, links, &why))) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%s\n", why);
-            httpd_respond_text(m, strcmp(why, "out of memory") ? 400 : 503, msg, head);
-            return 1;
-        }
-    } else if (!strncmp(rq->path, "/users/", 7)) {
-        body = user_body(s, rq->path + 7, links);
-    } else if (!strcmp(rq->path, "/history")) {
-        body = history_body(s, NULL);
-    } else if (!strncmp(rq->path, "/history/", 9)) {
-        body = history_body(s, rq->path + 9);
-    } else {
-        return 0;
-    }
-    if (!body)
-        httpd_respond_text(m, 404, "no such user\n", head);
-    else
-        httpd_respond(m, 200, "application/json", body, NULL, head);
-    return 1;
+    metrics_page_sample(&s->page, s->ms, s->gen);
 }
 
 /* Serves one parsed request: sets m's response. */
@@ -348,16 +154,19 @@ static void serve(struct httpd_conn *m, const struct http_request *rq)
     if (token[0] && !((rq->has_bearer && http_token_equal(rq->bearer, token)) ||
                       (rq->has_token && http_token_equal(rq->token, token)))) {
         STAT_INC(&s->stats.unauthorized);
-        httpd_respond_text(m, 401, "a token is needed: Authorization: Bearer TOKEN or ?token=TOKEN\n",
-                     head);
+        httpd_respond_text(m, 401,
+                           "a token is needed: Authorization: Bearer TOKEN or ?token=TOKEN\n",
+                           head);
         return;
     }
     /* Links are served for the address alone: a page of another site that the browser
      * resolved to loopback (DNS rebinding) must not read them; its Host is that site's. */
     if (!token[0] && ms->loopback && rq->has_host && !metrics_host_is_loopback(rq->host)) {
         STAT_INC(&s->stats.misdirected);
-        httpd_respond_text(m, 421, "this server answers only to Host: localhost, 127.0.0.1 or [::1] "
-                     "(or with metrics-token)\n", head);
+        httpd_respond_text(m, 421,
+                           "this server answers only to Host: localhost, 127.0.0.1 or [::1] "
+                           "(or with metrics-token)\n",
+                           head);
         return;
     }
     int links = token[0] || ms->loopback;
@@ -369,20 +178,11 @@ static void serve(struct httpd_conn *m, const struct http_request *rq)
     } else if (!strcmp(rq->path, "/stats")) {
         body = body_get(s, MB_STATS, links);
         type = "application/json";
-    } else if (!strcmp(rq->path, "/")) {
-        if ((body = s->status_page))
-            body->refs++;
-        type = "text/html; charset=utf-8";
-    } else if (serve_userpage(m, rq, links, head)) {
+    } else if (metrics_page_serve(&s->page, ms, g, m, rq, links)) {
         return;
-    } else if (!strncmp(rq->path, "/qr/", 4) && links) {
-        if (!(body = qr_body(g, rq->path + 4))) {
-            httpd_respond_text(m, 404, "no such user, or no QR codes in this build\n", head);
-            return;
-        }
-        type = "image/svg+xml";
     } else {
-        httpd_respond_text(m, 404, "not found: try /, /metrics, /stats, /users or /history\n", head);
+        httpd_respond_text(m, 404, "not found: try /, /metrics, /stats, /users or /history\n",
+                           head);
         return;
     }
     if (!body) {
@@ -537,9 +337,7 @@ static void on_metrics_wake(struct ev_loop *loop, ev_async *a, int revents)
 struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen *g, int lfd)
 {
     struct metrics_server *s = calloc(1, sizeof *s);
-    if (s)
-        s->status_page = httpd_body_new(metrics_status_html, metrics_status_html_len, 0);
-    if (!s || !s->status_page) {
+    if (!s || metrics_page_init(&s->page)) {
         free(s);
         close(lfd);
         return NULL;
@@ -560,7 +358,6 @@ struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen 
     s->retry.data = s;
     ev_async_init(&s->wake, on_metrics_wake);
     s->wake.data = s;
-    s->hist = calloc(1, sizeof *s->hist);
     ev_timer_init(&s->hist_timer, on_hist_timer, 1.0, 1.0);
     s->hist_timer.data = s;
     return s;
@@ -649,10 +446,7 @@ void metrics_server_free(struct metrics_server *s)
     }
     for (int i = 0; i < MB_COUNT; i++)
         httpd_cache_free(&s->cache[i]);
-    httpd_body_unref(s->status_page);
-    free(s->hist);
-    hist_users_free(&s->hist_users);
-    free(s->rows);
+    metrics_page_free(&s->page);
     if (s->lfd >= 0)
         close(s->lfd);
     if (s->alfd >= 0)
