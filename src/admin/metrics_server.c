@@ -192,22 +192,6 @@ static void serve(struct httpd_conn *m, const struct http_request *rq)
     httpd_respond(m, 200, type, body, NULL, head);
 }
 
-/* An API request (its body follows the head): the answer is JSON. */
-static void serve_api(struct httpd_conn *m, const struct http_request *rq, const uint8_t *buf)
-{
-    struct metrics_server *s = m->owner;
-    struct sbuf out = {.max = METRICS_BODY_MAX};
-    int code = api_serve(s->api, rq, (const char *)buf + rq->consumed, rq->content_length,
-                         &out);
-    if (code == 401)
-        STAT_INC(&s->stats.unauthorized);
-    struct httpd_body *b = httpd_body_of(&out);
-    if (!b)
-        httpd_respond_text(m, 503, "out of memory\n", 0);
-    else
-        httpd_respond(m, code, "application/json", b, NULL, rq->method == HTTP_HEAD);
-}
-
 static void mconn_read(struct httpd_conn *m)
 {
     struct metrics_server *s = m->owner;
@@ -225,8 +209,9 @@ static void mconn_read(struct httpd_conn *m)
         char msg[160];
         snprintf(msg, sizeof msg, "%s\n", rq.why);
         httpd_respond_text(m, rq.code, msg, 0);
-    } else if (m->pinned) {
-        serve_api(m, &rq, buf);
+    } else if (m->pinned) { /* an API request: api.c answers */
+        if (api_respond(s->api, m, &rq, buf) == 401)
+            STAT_INC(&s->stats.unauthorized);
     } else {
         serve(m, &rq);
     }
