@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/config.h"
 #include "core/sbuf.h"
@@ -56,6 +57,14 @@ void api_free(struct api *a);
  * a change is written and reloaded. Returns the HTTP status. */
 int api_serve(struct api *a, const struct http_request *rq, const char *body, size_t blen,
               struct sbuf *out);
+
+struct httpd_conn;
+
+/* Serves one request (rq) that c read (buf: its bytes, the body after rq->consumed) and sets
+ * c's response: the JSON answer (503 if out of memory). Blocks as api_serve. Returns
+ * api_serve's HTTP status. */
+int api_respond(struct api *a, struct httpd_conn *c, const struct http_request *rq,
+                const uint8_t *buf);
 
 /* Appends s as a JSON string (quoted, escaped) to o (o->failed on out of memory). */
 void api_json_str(struct sbuf *o, const char *s);

@@ -593,6 +593,98 @@ static int parse_args(struct cli *c, int argc, char **argv)
     return 0;
 }
 
+/* Reads the configuration into c->g (the users as the proxy would read them). Returns 0, or
+ * CLI_USAGE (why printed). */
+static int cli_load(struct cli *c, struct config_errors *e)
+{
+    if (users_init(&c->users, 1)) {
+        fprintf(stderr, "mtproxy user: out of memory\n");
+        return CLI_USAGE;
+    }
+    c->have_users = 1;
+    reload_init(&c->rl, &c->users, c->config, c->nargs, c->args);
+    c->rl.tool = 1;
+    c->rl.no_resolve = 1;
+    if (!(c->g = reload_build(&c->rl, NULL, e))) {
+        int shown = e->count < CONFIG_MAX_ERRORS ? e->count : CONFIG_MAX_ERRORS;
+        for (int i = 0; i < shown; i++)
+            fprintf(stderr, "%s\n", e->msg[i]);
+        fprintf(stderr, "mtproxy user: the configuration has errors: fix them first\n");
+        return CLI_USAGE;
+    }
+    reload_commit(&c->rl, c->g);
+    return 0;
+}
+
+/* Says why the running proxy cannot take the call: its API did not answer (cerr), or none. */
+static void cli_unreachable(const struct cli *c, const struct options *o, int cerr)
+{
+    char addr[SOCK_ADDR_STRLEN];
+    sock_addr_format(&o->api_addr, addr, sizeof addr);
+    if (o->api_on)
+        fprintf(stderr, "mtproxy user %s: mtproxy is running (%s.lock is held) but its API "
+                "at %s does not answer (%s): nothing changed\n", c->cmd, o->state_file,
+                addr, strerror(cerr));
+    else
+        fprintf(stderr, "mtproxy user %s: mtproxy is running (%s.lock is held) and the "
+                "config has no `api`: add `api = 127.0.0.1:PORT` and `api-token` and "
+                "restart it, or edit users-file by hand and send SIGHUP\n", c->cmd,
+                o->state_file);
+}
+
+/* The proxy is stopped: the same call served in this process, on users-file and the state
+ * file; the answer to out. Returns its HTTP status, or -1 (out of memory, printed). */
+static int cli_call_offline(struct cli *c, const char *method, const char *path,
+                            const struct sbuf *body, struct sbuf *out, char *err, size_t errlen)
+{
+    c->offline = 1;
+    if (users_state_load(&c->users, c->g->opt.state_file, err, errlen))
+        fprintf(stderr, "mtproxy user: warning: %s (quota usage not shown)\n", err);
+    struct api *a = api_new_offline(cli_current, cli_rebuild, c);
+    if (!a) {
+        fprintf(stderr, "mtproxy user: out of memory\n");
+        return -1;
+    }
+    struct http_request rq = {.method = !strcmp(method, "GET")      ? HTTP_GET
+                                        : !strcmp(method, "PATCH")  ? HTTP_PATCH
+                                        : !strcmp(method, "DELETE") ? HTTP_DELETE
+                                                                    : HTTP_POST};
+    snprintf(rq.path, sizeof rq.path, "%s", path);
+    int status = api_serve(a, &rq, body->p ? body->p : "", body->len, out);
+    api_free(a);
+    return status;
+}
+
+/* Prints the answer in out (HTTP status): the JSON itself, an error line or the human form.
+ * Returns the exit code. */
+static int cli_report(const struct cli *c, int status, struct sbuf *out)
+{
+    const struct options *o = &c->g->opt; /* a change offline rebuilt the generation */
+    sbuf_add(out, "", 1);
+    int ok = status >= 200 && status < 300;
+    struct jflat f = {0};
+    const char *p = out->p ? out->p : "";
+    int parsed = !jvalue(&p, "", &f, 0);
+    if (c->json) {
+        fputs(out->p ? out->p : "", stdout);
+    } else if (!ok) {
+        const char *field = parsed ? jget(&f, "field") : NULL;
+        fprintf(stderr, "mtproxy user %s: %s%s%s%s (HTTP %d)\n", c->cmd,
+                parsed && jget(&f, "error") ? jget(&f, "error") : "error",
+                field && strcmp(field, "null") ? " [field " : "",
+                field && strcmp(field, "null") ? field : "",
+                field && strcmp(field, "null") ? "]" : "", status);
+    } else if (parsed) {
+        print_human(c, &f);
+    }
+    if (ok && c->offline && strcmp(c->cmd, "list") && strcmp(c->cmd, "show"))
+        fprintf(stderr, "mtproxy is not running: %s changed; the change is used at the next "
+                        "start\n", !strcmp(c->cmd, "reset-quota") ? o->state_file
+                                                                 : o->users_file);
+    jflat_free(&f);
+    return ok ? 0 : CLI_FAIL;
+}
+
 int usercli_main(int argc, char **argv)
 {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h") ||
@@ -616,25 +708,8 @@ int usercli_main(int argc, char **argv)
     }
     char logerr[128];
     log_open("stderr", LOG_LVL_WARN, logerr, sizeof logerr); /* the CLI's own lines only */
-    if ((rc = parse_args(c, argc, argv)))
+    if ((rc = parse_args(c, argc, argv)) || (rc = cli_load(c, e)))
         goto done;
-    rc = CLI_USAGE;
-    if (users_init(&c->users, 1)) {
-        fprintf(stderr, "mtproxy user: out of memory\n");
-        goto done;
-    }
-    c->have_users = 1;
-    reload_init(&c->rl, &c->users, c->config, c->nargs, c->args);
-    c->rl.tool = 1;
-    c->rl.no_resolve = 1;
-    if (!(c->g = reload_build(&c->rl, NULL, e))) {
-        int shown = e->count < CONFIG_MAX_ERRORS ? e->count : CONFIG_MAX_ERRORS;
-        for (int i = 0; i < shown; i++)
-            fprintf(stderr, "%s\n", e->msg[i]);
-        fprintf(stderr, "mtproxy user: the configuration has errors: fix them first\n");
-        goto done;
-    }
-    reload_commit(&c->rl, c->g);
     const struct options *o = &c->g->opt;
     const char *method;
     char path[256];
@@ -656,60 +731,12 @@ int usercli_main(int argc, char **argv)
             goto done;
         }
     } else if (daemon_running(o)) {
-        char addr[SOCK_ADDR_STRLEN];
-        sock_addr_format(&o->api_addr, addr, sizeof addr);
-        if (o->api_on)
-            fprintf(stderr, "mtproxy user %s: mtproxy is running (%s.lock is held) but its API "
-                    "at %s does not answer (%s): nothing changed\n", c->cmd, o->state_file,
-                    addr, strerror(cerr));
-        else
-            fprintf(stderr, "mtproxy user %s: mtproxy is running (%s.lock is held) and the "
-                    "config has no `api`: add `api = 127.0.0.1:PORT` and `api-token` and "
-                    "restart it, or edit users-file by hand and send SIGHUP\n", c->cmd,
-                    o->state_file);
+        cli_unreachable(c, o, cerr);
         goto done;
-    } else {
-        /* Stopped: the same calls, in this process, on users-file and the state file. */
-        c->offline = 1;
-        if (users_state_load(&c->users, o->state_file, err, sizeof err))
-            fprintf(stderr, "mtproxy user: warning: %s (quota usage not shown)\n", err);
-        struct api *a = api_new_offline(cli_current, cli_rebuild, c);
-        if (!a) {
-            fprintf(stderr, "mtproxy user: out of memory\n");
-            goto done;
-        }
-        struct http_request rq = {.method = !strcmp(method, "GET")      ? HTTP_GET
-                                            : !strcmp(method, "PATCH")  ? HTTP_PATCH
-                                            : !strcmp(method, "DELETE") ? HTTP_DELETE
-                                                                        : HTTP_POST};
-        snprintf(rq.path, sizeof rq.path, "%s", path);
-        status = api_serve(a, &rq, body.p ? body.p : "", body.len, &out);
-        api_free(a);
-        o = &c->g->opt; /* a change rebuilt the generation */
+    } else if ((status = cli_call_offline(c, method, path, &body, &out, err, sizeof err)) < 0) {
+        goto done;
     }
-    sbuf_add(&out, "", 1);
-    int ok = status >= 200 && status < 300;
-    struct jflat f = {0};
-    const char *p = out.p ? out.p : "";
-    int parsed = !jvalue(&p, "", &f, 0);
-    if (c->json) {
-        fputs(out.p ? out.p : "", stdout);
-    } else if (!ok) {
-        const char *field = parsed ? jget(&f, "field") : NULL;
-        fprintf(stderr, "mtproxy user %s: %s%s%s%s (HTTP %d)\n", c->cmd,
-                parsed && jget(&f, "error") ? jget(&f, "error") : "error",
-                field && strcmp(field, "null") ? " [field " : "",
-                field && strcmp(field, "null") ? field : "",
-                field && strcmp(field, "null") ? "]" : "", status);
-    } else if (parsed) {
-        print_human(c, &f);
-    }
-    if (ok && c->offline && strcmp(c->cmd, "list") && strcmp(c->cmd, "show"))
-        fprintf(stderr, "mtproxy is not running: %s changed; the change is used at the next "
-                        "start\n", !strcmp(c->cmd, "reset-quota") ? o->state_file
-                                                                 : o->users_file);
-    jflat_free(&f);
-    rc = ok ? 0 : CLI_FAIL;
+    rc = cli_report(c, status, &out);
 done:
     sbuf_free(&body);
     sbuf_free(&out);
