@@ -19,13 +19,15 @@ ROOMS = {
     'crypto': [],
     'proto': ['crypto'],
     'core': [],
+    'http': ['core', 'proto', 'crypto'],
     'users': ['core', 'proto', 'crypto'],
     'relay': ['users', 'core', 'proto', 'crypto'],
     'upstream': ['relay', 'users', 'core', 'proto', 'crypto'],
     'config': ['upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
     'conn': ['config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
-    'web': ['conn', 'config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
-    'admin': ['web', 'conn', 'config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
+    'web': ['http', 'conn', 'config', 'upstream', 'relay', 'users', 'core', 'proto', 'crypto'],
+    'admin': ['web', 'http', 'conn', 'config', 'upstream', 'relay', 'users', 'core', 'proto',
+              'crypto'],
 }
 
 

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "admin/httpd.h"
+#include "http/httpd.h"
 #include "admin/metrics.h"
 #include "admin/userpage.h"
 #include "proto/http.h"

@@ -15,7 +15,7 @@
 #include "proto/json.h"
 #include "proto/secret.h"
 #include "config/lstore.h"
-#include "admin/httpd.h"
+#include "http/httpd.h"
 #include "admin/metrics.h"
 #include "config/options.h"
 #include "config/prefix.h"

@@ -13,7 +13,7 @@
 #include "core/worker.h"
 #include "proto/http.h"
 #include "admin/api.h"
-#include "admin/httpd.h"
+#include "http/httpd.h"
 #include "admin/metrics_page.h"
 #include "config/reload.h"
 

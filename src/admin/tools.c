@@ -138,7 +138,7 @@ static void check_fds(struct doc *d, const struct options *o, const struct me_ta
         (unsigned long long)rl.rlim_max, b.fit, o->max_connections);
 }
 
-/* The running mtproxy on this state file: the pid its lock file names (main.c state_lock),
+/* The running mtproxy on this state file: the pid its lock file names (statefile_lock),
  * 0 if the lock is free or cannot be read, -1 if it is held but names no pid yet. */
 static long state_holder(const char *state_file)
 {

@@ -1,5 +1,5 @@
 /* httpd.c: a small bounded HTTP/1.1 server's pieces: bodies, a cache, connection slots. */
-#include "admin/httpd.h"
+#include "http/httpd.h"
 
 #include <errno.h>
 #include <netinet/in.h>
