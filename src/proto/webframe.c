@@ -148,17 +148,26 @@ int webframe_check(const struct webframe *f, enum webframe_dir dir)
     return 0;
 }
 
+/* A direction's opening rule: its first frame is `first`, which never comes again. Returns 1
+ * when f was that first frame (now recorded), -1 when f breaks the rule, 0 when f is a later
+ * frame for the other rules to judge. */
+static int opening(uint8_t *started, uint8_t first, const struct webframe *f)
+{
+    if (!*started) {
+        if (f->type != first)
+            return -1;
+        *started = 1;
+        return 1;
+    }
+    return f->type == first ? -1 : 0;
+}
+
 /* The session-order rules for a frame going up (client to relay). */
 static enum webframe_verdict session_up(struct webframe_session *s, const struct webframe *f)
 {
-    if (!s->up_started) {
-        if (f->type != WEBFRAME_HELLO)
-            return WEBFRAME_FATAL;
-        s->up_started = 1;
-        return WEBFRAME_ACCEPT;
-    }
-    if (f->type == WEBFRAME_HELLO)
-        return WEBFRAME_FATAL;
+    int o = opening(&s->up_started, WEBFRAME_HELLO, f);
+    if (o != 0)
+        return o > 0 ? WEBFRAME_ACCEPT : WEBFRAME_FATAL;
     if (f->type == WEBFRAME_PONG) {
         if (!s->ping_out || f->len != s->ping_len ||
             (f->len && !crypto_memeq(f->payload, s->ping, f->len)))
@@ -173,17 +182,12 @@ static enum webframe_verdict session_down(struct webframe_session *s, const stru
 {
     if (s->bye)
         return WEBFRAME_FATAL;
-    if (!s->down_started) {
-        if (f->type != WEBFRAME_WELCOME)
-            return WEBFRAME_FATAL;
-        s->down_started = 1;
-        return WEBFRAME_ACCEPT;
-    }
-    if (f->type == WEBFRAME_WELCOME)
+    if (f->type == WEBFRAME_PING && s->down_started && s->ping_out)
         return WEBFRAME_FATAL;
+    int o = opening(&s->down_started, WEBFRAME_WELCOME, f);
+    if (o != 0)
+        return o > 0 ? WEBFRAME_ACCEPT : WEBFRAME_FATAL;
     if (f->type == WEBFRAME_PING) {
-        if (s->ping_out)
-            return WEBFRAME_FATAL;
         s->ping_out = 1;
         s->ping_len = (uint8_t)f->len;
         if (f->len)

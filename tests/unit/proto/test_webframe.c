@@ -19,16 +19,19 @@ static void make(uint8_t *buf, size_t cap, uint8_t type, uint32_t stream, const 
     assert_int_equal(webframe_parse(buf, n, WEBFRAME_MAX_PAYLOAD, f, NULL), WEBFRAME_OK);
 }
 
+/* One frame of a table: its fields and the direction it travels in. */
+struct row {
+    uint8_t type;
+    uint32_t stream;
+    const char *payload;
+    uint32_t len;
+    enum webframe_dir dir;
+};
+
 static void test_round_trip(void **state)
 {
     (void)state;
-    static const struct {
-        uint8_t type;
-        uint32_t stream;
-        const char *payload;
-        uint32_t len;
-        enum webframe_dir dir;
-    } ok[] = {
+    static const struct row ok[] = {
         {WEBFRAME_OPEN, 1, "", 0, WEBFRAME_UP},
         {WEBFRAME_DATA, 0xabcdef, "xyz", 3, WEBFRAME_UP},
         {WEBFRAME_DATA, 17, "z", 1, WEBFRAME_DOWN},
@@ -126,13 +129,7 @@ static void test_batch(void **state)
 static void test_invalid(void **state)
 {
     (void)state;
-    static const struct {
-        uint8_t type;
-        uint32_t stream;
-        const char *payload;
-        uint32_t len;
-        enum webframe_dir dir;
-    } bad[] = {
+    static const struct row bad[] = {
         {0x00, 0, "", 0, WEBFRAME_UP},
         {0x07, 1, "", 0, WEBFRAME_UP},
         {0x12, 0, "", 0, WEBFRAME_DOWN},
@@ -184,60 +181,68 @@ static void test_invalid(void **state)
     assert_int_equal(webframe_check(&f, WEBFRAME_DOWN), -1);
 }
 
-/* Runs f through webframe_check and webframe_session_step (the check must pass). */
-static enum webframe_verdict sess(struct webframe_session *s, uint8_t type, const char *p,
-                                  uint32_t len, enum webframe_dir dir)
-{
-    uint8_t buf[96];
-    struct webframe f;
-    uint32_t stream = type >= WEBFRAME_OPEN && type <= WEBFRAME_WINDOW ? 1 : 0;
-    make(buf, sizeof buf, type, stream, p, len, &f);
-    assert_int_equal(webframe_check(&f, dir), 0);
-    return webframe_session_step(s, &f, dir);
-}
-
-static void test_session_order(void **state)
-{
-    (void)state;
-    struct webframe_session s = {0};
-    /* Nothing before HELLO up, nothing before WELCOME down. */
-    assert_int_equal(sess(&s, WEBFRAME_OPEN, "", 0, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "", 0, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_DATA, "x", 1, WEBFRAME_DOWN), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_BYE, "", 0, WEBFRAME_DOWN), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_HELLO, "\x01", 1, WEBFRAME_UP), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_HELLO, "\x01", 1, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_WELCOME, "", 0, WEBFRAME_DOWN), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_WELCOME, "", 0, WEBFRAME_DOWN), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_OPEN, "", 0, WEBFRAME_UP), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_DATA, "x", 1, WEBFRAME_DOWN), WEBFRAME_ACCEPT);
-    /* PING and PONG: one at a time, the exact token. */
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "t1", 2, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PING, "t1", 2, WEBFRAME_DOWN), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_PING, "t2", 2, WEBFRAME_DOWN), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "t2", 2, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "t", 1, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "t1x", 3, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "t1", 2, WEBFRAME_UP), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "t1", 2, WEBFRAME_UP), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_PING, "", 0, WEBFRAME_DOWN), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_PONG, "", 0, WEBFRAME_UP), WEBFRAME_ACCEPT);
-    /* BYE is the last frame down; up still goes (the client may still close its streams). */
-    assert_int_equal(sess(&s, WEBFRAME_BYE, "bye", 3, WEBFRAME_DOWN), WEBFRAME_ACCEPT);
-    assert_int_equal(sess(&s, WEBFRAME_CLOSE, "", 0, WEBFRAME_DOWN), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_BYE, "", 0, WEBFRAME_DOWN), WEBFRAME_FATAL);
-    assert_int_equal(sess(&s, WEBFRAME_CLOSE, "", 0, WEBFRAME_UP), WEBFRAME_ACCEPT);
-}
-
-/* Runs a stream frame for stream 9 through webframe_stream_step. */
-static enum webframe_verdict step(struct webframe_stream *st, uint8_t type, const void *p,
-                                  uint32_t len, enum webframe_dir dir)
+/* Builds a frame for stream (0 for the session types), checks it for dir (which must pass) and
+ * hands it to webframe_session_step (st NULL) or webframe_stream_step. */
+static enum webframe_verdict run(struct webframe_session *s, struct webframe_stream *st,
+                                 uint8_t type, const void *p, uint32_t len, enum webframe_dir dir)
 {
     static uint8_t buf[WEBFRAME_HDR_LEN + WEBFRAME_MAX_PAYLOAD];
     struct webframe f;
-    make(buf, sizeof buf, type, 9, p, len, &f);
+    uint32_t stream = type >= WEBFRAME_OPEN && type <= WEBFRAME_WINDOW ? 9 : 0;
+    make(buf, sizeof buf, type, stream, p, len, &f);
     assert_int_equal(webframe_check(&f, dir), 0);
-    return webframe_stream_step(st, &f, dir);
+    return st ? webframe_stream_step(st, &f, dir) : webframe_session_step(s, &f, dir);
+}
+
+static enum webframe_verdict step(struct webframe_stream *st, uint8_t type, const void *p,
+                                  uint32_t len, enum webframe_dir dir)
+{
+    return run(NULL, st, type, p, len, dir);
+}
+
+/* Session frames in order: each row's frame (stream 9 for the stream types) and its verdict. */
+static void test_session_order(void **state)
+{
+    (void)state;
+    static const struct {
+        uint8_t type;
+        const char *payload;
+        uint32_t len;
+        enum webframe_dir dir;
+        enum webframe_verdict want;
+    } seq[] = {
+        /* Nothing before HELLO up, nothing before WELCOME down. */
+        {WEBFRAME_OPEN, "", 0, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_PONG, "", 0, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_DATA, "x", 1, WEBFRAME_DOWN, WEBFRAME_FATAL},
+        {WEBFRAME_BYE, "", 0, WEBFRAME_DOWN, WEBFRAME_FATAL},
+        {WEBFRAME_HELLO, "\x01", 1, WEBFRAME_UP, WEBFRAME_ACCEPT},
+        {WEBFRAME_HELLO, "\x01", 1, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_WELCOME, "", 0, WEBFRAME_DOWN, WEBFRAME_ACCEPT},
+        {WEBFRAME_WELCOME, "", 0, WEBFRAME_DOWN, WEBFRAME_FATAL},
+        {WEBFRAME_OPEN, "", 0, WEBFRAME_UP, WEBFRAME_ACCEPT},
+        {WEBFRAME_DATA, "x", 1, WEBFRAME_DOWN, WEBFRAME_ACCEPT},
+        /* PING and PONG: one at a time, the exact token. */
+        {WEBFRAME_PONG, "t1", 2, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_PING, "t1", 2, WEBFRAME_DOWN, WEBFRAME_ACCEPT},
+        {WEBFRAME_PING, "t2", 2, WEBFRAME_DOWN, WEBFRAME_FATAL},
+        {WEBFRAME_PONG, "t2", 2, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_PONG, "t", 1, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_PONG, "t1x", 3, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_PONG, "t1", 2, WEBFRAME_UP, WEBFRAME_ACCEPT},
+        {WEBFRAME_PONG, "t1", 2, WEBFRAME_UP, WEBFRAME_FATAL},
+        {WEBFRAME_PING, "", 0, WEBFRAME_DOWN, WEBFRAME_ACCEPT},
+        {WEBFRAME_PONG, "", 0, WEBFRAME_UP, WEBFRAME_ACCEPT},
+        /* BYE is the last frame down; up still goes (the client may still close its streams). */
+        {WEBFRAME_BYE, "bye", 3, WEBFRAME_DOWN, WEBFRAME_ACCEPT},
+        {WEBFRAME_CLOSE, "", 0, WEBFRAME_DOWN, WEBFRAME_FATAL},
+        {WEBFRAME_BYE, "", 0, WEBFRAME_DOWN, WEBFRAME_FATAL},
+        {WEBFRAME_CLOSE, "", 0, WEBFRAME_UP, WEBFRAME_ACCEPT},
+    };
+    struct webframe_session s = {0};
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++)
+        if (run(&s, NULL, seq[i].type, seq[i].payload, seq[i].len, seq[i].dir) != seq[i].want)
+            fail_msg("row %zu: not the verdict expected", i);
 }
 
 static void test_stream_lifecycle(void **state)
