@@ -3,40 +3,60 @@
 #
 # Usage: packaging/cross/run.sh ARCH...        (ARCH: armhf, mipsel, arm64, s390x)
 # Per ARCH: installs what is missing (as root, apt-get: the cross gcc, qemu-user-static), unpacks
-# Debian's ARCH packages of libev, OpenSSL, zlib and cmocka into build-ARCH/sysroot (dpkg -x: no
-# multiarch co-installation, so the host's libssl-dev version need not match the target's),
+# Debian's ARCH packages of libev, OpenSSL, zlib, cmocka and libqrencode into a sysroot (dpkg -x:
+# no multiarch co-installation, so the host's libssl-dev version need not match the target's),
 # builds into build-ARCH, runs ctest there (CMAKE_CROSSCOMPILING_EMULATOR runs each test binary
 # through qemu; the Python integration harness prefixes MTPROXY_EMULATOR) and prints a summary:
 #   cross ARCH: mtproxy N bytes stripped, needs LIBS; tests: P passed, F failed, S skipped (T s)
-# Env: MTPROXY_CROSS_EXCLUDE  ctest -E regex of tests left out under qemu (default below;
-#                             empty = run everything)
+# The sysroot is cached by content: $MTPROXY_CI_CACHE/cross-sysroot-ARCH-HASH (default
+# /var/cache/mtproxy-ci; build-ARCH.cache when that cannot be made), HASH of the packages' exact
+# versions for ARCH and of this script's way of unpacking them: a new version of any of them
+# (a security update) makes a new one; the same versions reuse it, here and in the fresh root of
+# tests/fresh/run.sh (which mounts the same directory).
+# Env: MTPROXY_CROSS_TESTS    ctest -R regex of the tests run under qemu (default below)
+#      MTPROXY_CROSS_EXCLUDE  when set: ctest -E regex instead of that selection (empty = run
+#                             everything)
+#      MTPROXY_CROSS_FIRST_OBJECT=1  install, sysroot, configure and compile one library
+#                             (mtproxy_crypto): the toolchain works; no link, no tests
+#      MTPROXY_CROSS_SETUP_ONLY=1    only the installs and the sysroot (what needs the network)
 #      MTPROXY_CROSS_PARALLEL N  build and test N architectures at once (default 1), each with
 #                             JOBS/N jobs and its output in build-ARCH.run.log; the installs
 #                             (apt, sysroots) still run one after the other first
 #      MTPROXY_SLOW           factor for the integration harness's time bounds (default 2: qemu;
 #                             3 with MTPROXY_CROSS_PARALLEL above 1)
 #      MTPROXY_CROSS_BUILD    build directory prefix (default SRC/build-)
+#      MTPROXY_CI_CACHE       the content-keyed cache (default /var/cache/mtproxy-ci)
 #      JOBS                   parallel build jobs (default: nproc)
 set -u
 export DEBIAN_FRONTEND=noninteractive
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-# Under qemu everything is several times slower: leave out the suites that measure load or
-# run for minutes by design (load: 200 connections and 10 MB transfers, ~90 s per arch; soak;
-# faults), and those whose subject is the same on every CPU and that run long under
-# emulation (metrics: the HTTP server, page and Prometheus; stealth: a site's TLS profile and
-# record timing; users: limits and reload with 10,000 users; perf: read widths and busy-poll;
-# hardening: floods measured in time and memory; telethon: the real Python client, which runs
-# on the host anyway; fastpath: splice and the copy loop, whose work is the host kernel's under
-# qemu-user (~110 s per arch); page: the status page with 10,000 users in Chromium, as metrics
-# and users; api and user_cli: HTTP, JSON and file writes, the same on every CPU (unit_json
-# runs); limits_store: two instances, HAProxy and Redis for a minute, its wire format is text
-# (RESP) and its arithmetic has unit tests; fleet (the replay store) does run; their units'
-# tests do run: unit_users, unit_stat, unit_shared64, unit_tlsprofile, unit_http, unit_userpage),
-# to keep four arches, two at a time, within ~15 minutes; every other unit, packaging and
-# integration suite runs (middle mode too: its wire format meets byte order).
-# MTPROXY_CROSS_EXCLUDE= runs everything.
-exclude=${MTPROXY_CROSS_EXCLUDE-integration_(load|soak|faults|metrics|stealth|users|perf|hardening|telethon|fastpath|page|api|user_cli|limits_store)}
+# Under qemu every test runs several times slower, and most of the suite's subject is the same on
+# every CPU (HTTP, JSON, the status page, limits, reload, timing). What differs by architecture
+# is byte order, word size, atomics and alignment: so by default all the unit tests run (every
+# parser, codec, counter and the shared64 atomics, on their own), and the integration suites
+# that carry bytes through the relay and the handshakes with the real binaries: tags (the
+# relay and per-user counters), routing (DC ids, little-endian on the wire), faketls (TLS
+# records, lengths big-endian), middle (the middle-proxy RPC frames: little-endian fields,
+# crc32, padding), proxyproto (PROXY v2 headers, addresses in network order), socks5 (the
+# SOCKS5 upstream: ports and addresses in network order), ipv6 (128-bit addresses), acl
+# (address masks), fleet (the shared replay store's keys and the 64-bit stamps), bad_clients
+# (malformed handshakes at every length: alignment), tools (fake_dc, test_client and the CLI
+# on the target). Not run there: load, soak, faults, perf, fastpath and the other timing suites
+# (their subject is time, and qemu's time is not the CPU's), metrics, page, users, api,
+# user_cli, stealth, telethon, limits_store and the rest (the same on every CPU; their units'
+# tests run: unit_users, unit_stat, unit_shared64, unit_tlsprofile, unit_http, unit_json,
+# unit_userpage), and the packaging checks (host tools). Integration suites run side by side
+# (each in its own network namespace; only the timing ones are RUN_SERIAL).
+# MTPROXY_CROSS_TESTS=REGEX picks others; MTPROXY_CROSS_EXCLUDE=REGEX runs all but REGEX, and
+# MTPROXY_CROSS_EXCLUDE= (empty) runs everything.
+tests_re=${MTPROXY_CROSS_TESTS:-'^unit_|^integration_(tags|routing|faketls|middle|proxyproto|socks5|ipv6|acl|fleet|bad_clients|tools)$'}
+if [ "${MTPROXY_CROSS_EXCLUDE+set}" = set ]; then
+    exclude=$MTPROXY_CROSS_EXCLUDE
+    tests_re=''
+else
+    exclude=''
+fi
 # Two arches at once on two cores give each about half the CPU: slower again under qemu.
 slow_default=2
 [ "${MTPROXY_CROSS_PARALLEL:-1}" -le 1 ] || slow_default=3
@@ -66,9 +86,9 @@ apt_install() {
     as_root apt-get install -y -q --no-install-recommends $@
 }
 
-# setup ARCH TRIPLET QEMU: host tools and the target sysroot.
+# setup ARCH TRIPLET QEMU: host tools and the target sysroot (sets sysroot).
 setup() {
-    arch=$1 triplet=$2 qemu=$3 sysroot=$4
+    arch=$1 triplet=$2 qemu=$3
     need=''
     command -v "$triplet-gcc" >/dev/null 2>&1 || need="$need gcc-$triplet libc6-dev-$arch-cross"
     [ -e "/usr/$triplet/lib" ] || need="$need libc6-dev-$arch-cross"
@@ -78,23 +98,32 @@ setup() {
     if [ -n "$need" ]; then
         apt_install "$need" || return 1
     fi
-    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev zlib1g zlib1g-dev \
-        libqrencode4 libqrencode-dev
-    # A sysroot unpacked earlier is reused if it holds every package named here.
-    if [ -f "$sysroot/.complete" ]; then
-        missing=''
-        for p in "$@"; do grep -q "^${p}_" "$sysroot/.complete" || missing="$missing $p"; done
-        [ -z "$missing" ] && return 0
-        log "sysroot lacks:$missing: unpacking again"
-    fi
-
     if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
         as_root dpkg --add-architecture "$arch" || return 1
         as_root apt-get update -q >/dev/null 2>&1 || log "apt-get update reported errors; going on"
     fi
-    debs=$sysroot.debs
-    rm -rf "$sysroot" "$debs"
-    mkdir -p "$sysroot" "$debs"
+    set -- libev4 libev-dev libssl3 libssl-dev libcmocka0 libcmocka-dev zlib1g zlib1g-dev \
+        libqrencode4 libqrencode-dev
+    # The sysroot's key: each package's candidate version for ARCH (what apt-get download
+    # fetches) and the unpacking below (its version: bump "unpack 1" when it changes).
+    vers=''
+    for p in "$@"; do
+        v=$(apt-cache show --no-all-versions "$p:$arch" 2>/dev/null | sed -n 's/^Version: //p' | sed -n 1p)
+        [ -n "$v" ] || {
+            log "$arch: no candidate for $p:$arch (apt-get update?)"
+            return 1
+        }
+        vers="$vers $p=$v"
+    done
+    key=$(printf 'unpack 1 %s%s\n' "$arch" "$vers" | sha256sum | cut -c1-16)
+    sysroot=$cache/cross-sysroot-$arch-$key
+    [ -f "$sysroot/.complete" ] && return 0
+    log "$arch: unpacking a sysroot into $sysroot:$vers"
+
+    tmp=$sysroot.tmp.$$
+    debs=$tmp.debs
+    rm -rf "$tmp" "$debs"
+    mkdir -p "$tmp" "$debs"
     pkgs=''
     for p in "$@"; do pkgs="$pkgs $p:$arch"; done
     sandbox=''
@@ -105,17 +134,22 @@ setup() {
         # shellcheck disable=SC2086
         (cd "$debs" && apt-get download -q $sandbox $pkgs >/dev/null) || {
             log "cannot download:$pkgs"
+            rm -rf "$tmp" "$debs"
             return 1
         }
     fi
     for deb in "$debs"/*.deb; do
-        dpkg -x "$deb" "$sysroot" || return 1
+        dpkg -x "$deb" "$tmp" || return 1
     done
-    ls "$debs" >"$sysroot/.complete"
+    ls "$debs" >"$tmp/.complete"
     rm -rf "$debs"
+    # Made aside and renamed: a run that stops half-way leaves no sysroot that looks complete,
+    # and two runs making the same one at once both end with it.
+    mv -T "$tmp" "$sysroot" 2>/dev/null || rm -rf "$tmp"
+    [ -f "$sysroot/.complete" ]
 }
 
-# arch_vars ARCH: sets triplet, qemu, build and sysroot for ARCH.
+# arch_vars ARCH: sets triplet, qemu, build and cache for ARCH (setup sets sysroot).
 arch_vars() {
     case "$1" in
     armhf) triplet=arm-linux-gnueabihf qemu=qemu-arm-static ;;
@@ -128,14 +162,22 @@ arch_vars() {
         ;;
     esac
     build=${MTPROXY_CROSS_BUILD:-$src/build-}$1
-    sysroot=$build/sysroot
+    cache=${MTPROXY_CI_CACHE:-/var/cache/mtproxy-ci}
+    mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] || cache=$build.cache
+    mkdir -p "$cache"
 }
 
 run_arch() {
     arch=$1
     arch_vars "$arch" || return 2
     t0=$(date +%s)
-    setup "$arch" "$triplet" "$qemu" "$sysroot" || return 1
+    setup "$arch" "$triplet" "$qemu" || return 1
+    if [ -n "${MTPROXY_CROSS_SETUP_ONLY:-}" ]; then
+        log "$arch: installed; sysroot $sysroot ($(($(date +%s) - t0)) s)"
+        summary="${summary}cross $arch: set up ($(($(date +%s) - t0)) s)
+"
+        return 0
+    fi
 
     log "$arch: configuring and building in $build"
     cmake -S "$src" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$src/packaging/cross/$arch.cmake" \
@@ -144,6 +186,19 @@ run_arch() {
         cat "$build.configure.log"
         return 1
     }
+    if [ -n "${MTPROXY_CROSS_FIRST_OBJECT:-}" ]; then
+        cmake --build "$build" -j"$jobs" --target mtproxy_crypto >"$build.build.log" 2>&1 || {
+            tail -n 60 "$build.build.log"
+            return 1
+        }
+        n=$(find "$build" -name '*.o' -newer "$build.configure.log" | wc -l)
+        line="cross $arch: configured, first objects compiled ($n, mtproxy_crypto) ($(($(date +%s) - t0)) s)"
+        summary="$summary$line
+"
+        log "$line"
+        [ "$n" -gt 0 ]
+        return
+    fi
     cmake --build "$build" -j"$jobs" >"$build.build.log" 2>&1 || {
         tail -n 60 "$build.build.log"
         return 1
@@ -158,9 +213,9 @@ run_arch() {
         log "$arch: the integration harness does not honour MTPROXY_EMULATOR yet: skipping it"
         ex="${ex:+$ex|}integration_"
     fi
-    log "$arch: ctest under $qemu${ex:+ (excluding: $ex)}"
-    ctest --test-dir "$build" --output-on-failure -j"$jobs" ${ex:+-E "$ex"} \
-        >"$build.ctest.log" 2>&1
+    log "$arch: ctest under $qemu${tests_re:+ (selected: $tests_re)}${ex:+ (excluding: $ex)}"
+    ctest --test-dir "$build" --output-on-failure --no-tests=error -j"$jobs" \
+        ${tests_re:+-R "$tests_re"} ${ex:+-E "$ex"} >"$build.ctest.log" 2>&1
     rc=$?
     grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|FAILED|Failed|\*\*\*' "$build.ctest.log"
 
@@ -198,7 +253,7 @@ fi
 arches=$*
 for a in $arches; do
     arch_vars "$a" || exit 2
-    setup "$a" "$triplet" "$qemu" "$sysroot" || { log "$a: setup failed"; exit 1; }
+    setup "$a" "$triplet" "$qemu" || { log "$a: setup failed"; exit 1; }
 done
 jobs=$((jobs / parallel))
 [ "$jobs" -ge 1 ] || jobs=1

@@ -9,6 +9,25 @@
 #   tests/fresh/run.sh test-list BUILD_DIR
 #                                  what the host's run of the README test command found (BUILD_DIR's
 #                                  CMake cache) comes from the test list on a fresh machine
+#   tests/fresh/run.sh toolchains [orders]
+#                                  the test list installed with .ci/apt-install-no-daemons, then
+#                                  what each later CI stage builds, built (no test run): the ASan +
+#                                  UBSan tree and a test binary, every fuzz target, the musl static
+#                                  build, each cross toolchain's first objects, the Debian
+#                                  package's build dependencies; with `orders`, then in the same
+#                                  tree what `orders` does
+#   tests/fresh/run.sh orders      the README test command then its run command in one clean
+#                                  clone, and the run command then the test command in another
+#                                  (ctest limited to a few unit tests, which must run), and that
+#                                  the old test command passed there having run no test
+#
+# toolchains and orders mount two caches into the copy: $MTPROXY_CI_CACHE (default
+# /var/cache/mtproxy-ci: the content-keyed musl libraries and cross sysroots, shared with the
+# host's stages) at the same path, and its apt-archives/ as the copy's /var/cache/apt/archives
+# (the downloaded .debs, kept across runs: the host's own apt cache is emptied after every
+# install on this machine). MTPROXY_FRESH_LIST=FILE installs FILE instead of .ci/debian-packages
+# (a scratch list, to see what fails without a package). Each step prints its time and the
+# copy's disk.
 #
 # The base tree (debootstrap --variant=minbase bookworm, from Debian's packages) is made once and
 # kept in $MTPROXY_FRESH_CACHE (default /var/cache/mtproxy-ci/bookworm-minbase): later stages of
@@ -27,7 +46,7 @@
 # in the same loopback-only namespace): the SysV service starts, writes its links and stops.
 #
 # Needs root, debootstrap (apt-get installs it if missing), unshare, chroot, ip, git.
-# shellcheck disable=SC2016,SC2015,SC2013,SC2012 # commands for the chroot in single quotes; a && b || die
+# shellcheck disable=SC2016,SC2015,SC2013,SC2012,SC2317 # commands for the chroot in single quotes; a && b || die; functions run by timed
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 base=${MTPROXY_FRESH_CACHE:-/var/cache/mtproxy-ci/bookworm-minbase}
@@ -78,7 +97,15 @@ cleanup() {
         for p in $(inside); do kill -9 "$p" 2>/dev/null || true; done
     fi
     [ -n "$work" ] || return 0
-    for m in proc dev/pts dev; do umount -l "$work/$m" 2>/dev/null || true; done
+    for m in proc dev/pts dev var/cache/apt/archives var/cache/mtproxy-ci; do
+        umount -l "$work/$m" 2>/dev/null || true
+    done
+    # A bind mount of this filesystem is not another filesystem to rm --one-file-system: never
+    # delete while anything is still mounted under the copy (the caches would go with it).
+    if grep -q " $work/" /proc/self/mounts; then
+        log "still mounted under $work: not removed"
+        return 0
+    fi
     rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
@@ -102,6 +129,72 @@ in_netns() {
 # readme_line HEAD N PATTERN: the first line matching PATTERN within N lines after a line
 # matching HEAD.
 readme_line() { grep -A"$2" -e "$1" "$root/README.md" | grep -e "$3" | sed -n 1p; }
+
+# mount_caches: the content-keyed cache at the same path, its apt-archives/ as apt's archives.
+cachedir=${MTPROXY_CI_CACHE:-/var/cache/mtproxy-ci}
+mount_caches() {
+    mkdir -p "$cachedir/apt-archives/partial" "$work/var/cache/mtproxy-ci"
+    mount --bind "$cachedir" "$work/var/cache/mtproxy-ci"
+    mount --bind "$cachedir/apt-archives" "$work/var/cache/apt/archives"
+}
+# timed NAME CMD...: runs CMD; prints its time and the copy's disk (without the caches).
+disk() {
+    du -sxm --exclude=var/cache/apt/archives --exclude=var/cache/mtproxy-ci \
+        --exclude=var/lib/apt/lists "$work" 2>/dev/null | cut -f1
+}
+timed() {
+    local name=$1 s0 d0 rc=0
+    shift
+    s0=$(date +%s) d0=$(disk)
+    "$@" || rc=$?
+    log "step $name: $(($(date +%s) - s0)) s, disk $(($(disk) - d0)) MB (copy: $(disk) MB)," \
+        "$([ $rc = 0 ] && echo ok || echo "FAILED (rc $rc)")"
+    return $rc
+}
+# logged LOG WHERE CMD: runs CMD with in_chroot or in_netns (WHERE), its output in LOG, shown if
+# it fails.
+logged() {
+    "$2" "$3" >"$1" 2>&1 || {
+        tail -40 "$1" >&2
+        log "failed: $3 (log: $1)"
+        return 1
+    }
+}
+
+# run_until_links DIR OUT: the README run command in the copy's DIR, on a terminal, loopback only;
+# waits for its links, then stops it (SIGTERM to every process in the copy).
+run_until_links() {
+    local dir=$1 out=$2 deadline links=
+    # On a terminal, as a new user runs it (the proxy prints the links only when stdout is one):
+    # script(1) gives the command a pty and copies what it shows into $out.
+    setsid script -qfec "unshare -n sh -c 'ip link set lo up && exec chroot \"\$0\" /bin/sh -c \"\$1\"' \
+        '$work' 'cd $dir && $run'" "$out" >/dev/null 2>&1 </dev/null &
+    pids+=("$!")
+    deadline=$(($(date +%s) + timeout_s))
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        if grep -q 'tg://proxy?' "$out" && grep -q 'https://t.me/proxy?' "$out"; then
+            links=1
+            break
+        fi
+        kill -0 "${pids[0]}" 2>/dev/null || break
+        sleep 1
+    done
+    if [ -z "$links" ]; then
+        tail -40 "$out" >&2
+        kill -0 "${pids[0]}" 2>/dev/null && die "no links within ${timeout_s} s"
+        die "the run command exited before printing the links"
+    fi
+    log "built and started: links shown ($(($(date +%s) - t0)) s)"
+    sleep 1
+    kill -0 "${pids[0]}" 2>/dev/null || { tail -20 "$out" >&2; die "the proxy did not stay up"; }
+    grep -E 'tg://proxy\?|https://t.me/proxy\?' "$out" | sed -n 1,2p | sed 's/secret=[0-9a-f]*/secret=.../' >&2
+    # shellcheck disable=SC2046 # one pid a word
+    kill -TERM $(inside)
+    for _ in $(seq 50); do [ -n "$(inside)" ] || break; sleep 0.2; done
+    [ -z "$(inside)" ] || die "the proxy did not stop on SIGTERM within 10 s"
+    grep -q 'stopped\|stopping\|exit' "$out" || log "note: no stop message in the log"
+    pids=()
+}
 
 # enabled_in ROOT: the services enabled in the tree ROOT (systemd links, SysV S links).
 enabled_in() {
@@ -208,6 +301,146 @@ if [ "${1:-}" = test-install ]; then
     exit 0
 fi
 
+if [ "${1:-}" = toolchains ] || [ "${1:-}" = orders ]; then
+    do_tools='' do_orders=''
+    for m in "$@"; do
+        case "$m" in
+        toolchains) do_tools=1 ;;
+        orders) do_orders=1 ;;
+        *) die "usage: run.sh toolchains [orders] | orders" ;;
+        esac
+    done
+    [ -z "$(git -C "$root" status --porcelain --untracked-files=no)" ] ||
+        log "note: uncommitted changes in $root are not in the clone (its HEAD)"
+    make_base
+    new_machine
+    mount_caches
+    git clone -q --no-local "$root" "$work/root/mtproxy"
+    git -C "$work/root/mtproxy" log --oneline -1 >&2
+    list=.ci/debian-packages
+    if [ -n "${MTPROXY_FRESH_LIST:-}" ]; then
+        cp "$MTPROXY_FRESH_LIST" "$work/root/mtproxy/.ci/debian-packages" ||
+            die "MTPROXY_FRESH_LIST: cannot read $MTPROXY_FRESH_LIST"
+        log "the test list replaced by $MTPROXY_FRESH_LIST (a scratch list)"
+    fi
+    run=$(readme_line '^Install what building needs' 6 '^apt-get')
+    tst=$(readme_line 'Build and run all the tests' 14 '^apt-get')
+    [ -n "$run" ] && [ -n "$tst" ] || die "README.md: no run or test command found"
+    log "fresh tree ready ($(($(date +%s) - t0)) s, $(disk) MB)"
+    l=$work/root
+
+    # With the network: apt's indexes and the .debs of both lists (kept in the archive cache).
+    dl() {
+        in_chroot 'apt-get update -qq' >&2 || log "apt-get update reported errors (going on)"
+        in_chroot "cd /root/mtproxy && apt-get install -y -qq --download-only \$(grep -hv '^#' $list \
+            .ci/debian-packages-build | sort -u)" >"$l/download.log" 2>&1 ||
+            { tail -20 "$l/download.log" >&2; return 1; }
+        rm -rf "$work"/var/cache/apt/archives/partial/*
+    }
+    timed "download the test and build lists" dl || die "the lists do not download on a fresh Debian 12"
+    # The rest without network but apt's downloads (in_chroot for those alone).
+    timed "install the test list (.ci/apt-install-no-daemons)" logged "$l/install.log" in_netns \
+        "cd /root/mtproxy && .ci/apt-install-no-daemons $list" || die "the test list does not install"
+
+    if [ -n "$do_tools" ]; then
+        j=$(nproc)
+        # tests/sanitize.sh's configure (clang: it takes clang when installed), then the proxy and
+        # one test binary: the link of the ASan and UBSan runtimes (libclang-rt-14-dev).
+        timed "ASan + UBSan tree: configure, mtproxy and test_crypto" logged "$l/asan.log" in_netns \
+            "cd /root/mtproxy && command -v clang && CC=clang cmake -S . -B build-asan \
+            -DMTPROXY_SANITIZE=ON -DMTPROXY_BENCH=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+            cmake --build build-asan -j$j --target mtproxy test_crypto &&
+            grep -q '^CMAKE_C_COMPILER:.*clang' build-asan/CMakeCache.txt" ||
+            die "the sanitizer stage's build fails on a fresh machine with the test list"
+        # tests/fuzz/run.sh's configure and build: every target (fuzz_targets).
+        timed "libFuzzer: every target" logged "$l/fuzz.log" in_netns \
+            "cd /root/mtproxy && CC=clang cmake -S . -B build-fuzz -DMTPROXY_FUZZ=ON \
+            -DMTPROXY_TESTS=ON -DMTPROXY_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+            cmake --build build-fuzz --target fuzz_targets -j$j &&
+            for f in tests/fuzz/fuzz_*.c; do f=\${f##*/}; test -x build-fuzz/tests/fuzz/\${f%.c} ||
+            { echo missing \${f%.c}; exit 1; }; done" ||
+            die "the fuzz stage's build fails on a fresh machine with the test list"
+        # musl: what needs the network (its installs; the sources when the cache is cold), then
+        # the build offline, no test run.
+        timed "musl: installs and sources" logged "$l/musl-fetch.log" in_chroot \
+            "cd /root/mtproxy && MTPROXY_MUSL_FETCH_ONLY=1 packaging/musl/build.sh build-musl" ||
+            die "the musl stage's setup fails on a fresh machine"
+        timed "musl: static build (no tests)" logged "$l/musl.log" in_netns \
+            "cd /root/mtproxy && MTPROXY_MUSL_NO_TESTS=1 packaging/musl/build.sh build-musl" ||
+            die "the musl stage's build fails on a fresh machine with the test list"
+        grep '^musl x86_64' "$l/musl.log" >&2 || true
+        # cross: the script's installs (cross gcc, qemu-user-static) and sysroots with the
+        # network, then each toolchain's first objects offline.
+        arches='armhf mipsel arm64 s390x'
+        timed "cross: installs and sysroots ($arches)" logged "$l/cross-setup.log" in_chroot \
+            "cd /root/mtproxy && MTPROXY_CROSS_SETUP_ONLY=1 packaging/cross/run.sh $arches" ||
+            die "the cross stage's setup fails on a fresh machine"
+        timed "cross: configure and first objects ($arches)" logged "$l/cross.log" in_netns \
+            "cd /root/mtproxy && MTPROXY_CROSS_FIRST_OBJECT=1 packaging/cross/run.sh $arches" ||
+            die "the cross stage's toolchains fail on a fresh machine"
+        grep '^cross ' "$l/cross.log" >&2 || true
+        # The Debian package stage: its Build-Depends, all installed by the test list.
+        timed "Debian package: build dependencies" logged "$l/deb.log" in_netns \
+            "cd /root/mtproxy && dpkg-checkbuilddeps packaging/debian/control" ||
+            die "the package stage's build dependencies are not in the test list"
+        log "ok: every stage's toolchain from the lists on a fresh Debian 12 ($(($(date +%s) - t0)) s)"
+    fi
+
+    if [ -n "$do_orders" ]; then
+        # The test command, verbatim but for its ctest, limited to three quick unit tests.
+        case "$tst" in
+        *' && ctest '*) ;;
+        *) die "README.md: the test command does not end with ctest: $tst" ;;
+        esac
+        case "${tst##* && ctest }" in *'&&'* | *';'* | *'|'*) die "README.md: a step after ctest: $tst" ;; esac
+        quick="'^unit_(crypto|obfs2|secret)\$'"
+        tstq="$tst -R $quick"
+        # The test command before this one: no options to cmake, ctest with no --no-tests=error.
+        old=$(printf '%s' "$tst" | sed 's/ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPROXY_TESTS=ON -DMTPROXY_BENCH=ON//;
+            s/ --no-tests=error -j"$(nproc)"$//')
+        [ "$old" != "$tst" ] || die "cannot make the old test command from: $tst"
+        # test_cmd DIR LOG: the limited test command in DIR; it must run the three and pass.
+        test_cmd() {
+            logged "$2" in_netns "cd $1 && $tstq" || return 1
+            n=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$2" || true)
+            grep -q '100% tests passed, 0 tests failed out of 3' "$2" && [ "$n" = 3 ] || {
+                tail -20 "$2" >&2
+                log "the test command ran $n tests, not 3"
+                return 1
+            }
+            log "the test command ran and passed: $(grep -oE 'unit_[a-z0-9]+ ' "$2" | sort -u | tr -d '\n')"
+        }
+        for d in order1 order2; do git clone -q --no-local "$root" "$work/root/$d"; done
+        if [ -n "${MTPROXY_FRESH_LIST:-}" ]; then
+            for d in order1 order2; do cp "$MTPROXY_FRESH_LIST" "$work/root/$d/.ci/debian-packages"; done
+        fi
+        log "order 1, in /root/order1: the test command, then the run command"
+        timed "order 1: test command" test_cmd /root/order1 "$l/order1-test.log" ||
+            die "order 1: the test command failed"
+        timed "order 1: run command" run_until_links /root/order1 "$l/order1-run.log"
+        log "order 2, in /root/order2: the run command, then the test command"
+        timed "order 2: run command" run_until_links /root/order2 "$l/order2-run.log"
+        # Self-check: the old test command, there, passes having run no test (what the check
+        # above is for: it fails on a run of no test).
+        timed "order 2: the old test command (self-check)" logged "$l/order2-old.log" in_netns \
+            "cd /root/order2 && $old" || die "self-check: the old test command failed"
+        n=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$l/order2-old.log" || true)
+        grep -q 'No tests were found' "$l/order2-old.log" && [ "$n" = 0 ] ||
+            die "self-check: the old test command ran $n tests (expected: none, 'No tests were found')"
+        log "self-check: the old test command exits 0 after the run command, having run no test" \
+            "(\"No tests were found\"): the count above would fail it"
+        timed "order 2: test command" test_cmd /root/order2 "$l/order2-test.log" ||
+            die "order 2: the test command failed"
+        # And the new test command's ctest fails on a run of no test (--no-tests=error).
+        if in_netns "cd /root/order2 && ${tst##* && } -R '^no_such_test\$'" >"$l/order2-none.log" 2>&1; then
+            die "self-check: the test command's ctest passed having run no test"
+        fi
+        log "self-check: the test command's ctest fails when it runs no test"
+        log "ok: the README's test and run commands, in both orders ($(($(date +%s) - t0)) s)"
+    fi
+    exit 0
+fi
+
 make_base
 new_machine
 log "fresh tree ready ($(($(date +%s) - t0)) s)"
@@ -226,37 +459,7 @@ in_chroot 'apt-get update -qq' >&2 || log "apt-get update reported errors (going
 in_chroot "cd /root/mtproxy && apt-get install -y -qq --download-only \$(cat .ci/debian-packages-build)" >&2 ||
     die "the build list does not download on a fresh Debian 12"
 
-out=$work/root/run.log
-# On a terminal, as a new user runs it (the proxy prints the links only when stdout is one):
-# script(1) gives the command a pty and copies what it shows into $out.
-setsid script -qfec "unshare -n sh -c 'ip link set lo up && exec chroot \"\$0\" /bin/sh -c \"\$1\"' \
-    '$work' 'cd /root/mtproxy && $run'" "$out" >/dev/null 2>&1 </dev/null &
-pids+=("$!")
-deadline=$(($(date +%s) + timeout_s))
-links=
-while [ "$(date +%s)" -lt "$deadline" ]; do
-    if grep -q 'tg://proxy?' "$out" && grep -q 'https://t.me/proxy?' "$out"; then
-        links=1
-        break
-    fi
-    kill -0 "${pids[0]}" 2>/dev/null || break
-    sleep 1
-done
-if [ -z "$links" ]; then
-    tail -40 "$out" >&2
-    kill -0 "${pids[0]}" 2>/dev/null && die "no links within ${timeout_s} s"
-    die "the run command exited before printing the links"
-fi
-log "built and started: links shown ($(($(date +%s) - t0)) s)"
-sleep 1
-kill -0 "${pids[0]}" 2>/dev/null || { tail -20 "$out" >&2; die "the proxy did not stay up"; }
-grep -E 'tg://proxy\?|https://t.me/proxy\?' "$out" | sed -n 1,2p | sed 's/secret=[0-9a-f]*/secret=.../' >&2
-# shellcheck disable=SC2046 # one pid a word
-kill -TERM $(inside)
-for _ in $(seq 50); do [ -n "$(inside)" ] || break; sleep 0.2; done
-[ -z "$(inside)" ] || die "the proxy did not stop on SIGTERM within 10 s"
-grep -q 'stopped\|stopping\|exit' "$out" || log "note: no stop message in the log"
-pids=()
+run_until_links /root/mtproxy "$work/root/run.log"
 [ -f "$work/root/mtproxy/mtproxy.state" ] && [ -f "$work/root/mtproxy/mtproxy.state.links" ] ||
     die "no mtproxy.state and mtproxy.state.links after the run"
 # What the run left in the checkout (the secret, its links, the lock) is ignored by git, so a
