@@ -133,7 +133,7 @@ if [ -n "${MTPROXY_MUSL_NO_TESTS:-}" ]; then
 else
     log "ctest${exclude:+ (excluding: $exclude)}"
     [ $qr = ON ] || export MTPROXY_QR_OPTIONAL=1
-    ctest --test-dir "$out/build" --output-on-failure -j"$jobs" ${exclude:+-E "$exclude"} \
+    ctest --test-dir "$out/build" --output-on-failure -j"$((jobs * 2))" ${exclude:+-E "$exclude"} \
         >"$out/ctest.log" 2>&1 || rc=$?
     grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|\*\*\*' "$out/ctest.log" || true
     [ "$rc" -eq 0 ] || grep -A40 -E '(Failed|\*\*\*Timeout|Exception)' "$out/ctest.log" | head -n 120

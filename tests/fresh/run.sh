@@ -339,8 +339,19 @@ if [ "${1:-}" = toolchains ] || [ "${1:-}" = orders ]; then
     }
     timed "download the test and build lists" dl || die "the lists do not download on a fresh Debian 12"
     # The rest without network but apt's downloads (in_chroot for those alone).
+    enabled0=$(enabled_in "$work")
+    du0=$(disk)
     timed "install the test list (.ci/apt-install-no-daemons)" logged "$l/install.log" in_netns \
         "cd /root/mtproxy && .ci/apt-install-no-daemons $list" || die "the test list does not install"
+    # As test-install checks: no daemon left running or enabled by it, no policy-rc.d left.
+    bad=0
+    running=$(for p in $(inside); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)
+    [ -z "$running" ] || { log "left running after the install: $running"; bad=1; }
+    new=$(enabled_in "$work" | grep -vxF -e "$enabled0" -e '' || true)
+    [ -z "$new" ] || { log "enabled by the install: $(printf "%s\n" "$new" | tr "\n" " ")"; bad=1; }
+    [ ! -e "$work/usr/sbin/policy-rc.d" ] || { log "policy-rc.d left behind"; bad=1; }
+    [ $bad = 0 ] || die "the test list's install changes the machine beyond its packages"
+    log "ok: the test list installed: $(($(disk) - du0)) MB, no daemon started or enabled"
 
     if [ -n "$do_tools" ]; then
         j=$(nproc)
@@ -397,7 +408,7 @@ if [ "${1:-}" = toolchains ] || [ "${1:-}" = orders ]; then
         tstq="$tst -R $quick"
         # The test command before this one: no options to cmake, ctest with no --no-tests=error.
         old=$(printf '%s' "$tst" | sed 's/ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMTPROXY_TESTS=ON -DMTPROXY_BENCH=ON//;
-            s/ --no-tests=error -j"$(nproc)"$//')
+            s/ --no-tests=error.*$//')
         [ "$old" != "$tst" ] || die "cannot make the old test command from: $tst"
         # test_cmd DIR LOG: the limited test command in DIR; it must run the three and pass.
         test_cmd() {
