@@ -25,7 +25,7 @@ case "$run" in
 *'$(cat .ci/debian-packages-build)'*'./build/mtproxy'*) ;;
 *) fail "README.md's run command does not install \$(cat .ci/debian-packages-build): $run" ;;
 esac
-tst=$(grep -A14 '^Build and run all the tests' "$root/README.md" | grep '^apt-get' | head -1)
+tst=$(grep -A30 '^Build and run all the tests' "$root/README.md" | grep '^apt-get' | head -1)
 case "$tst" in
 *'.ci/apt-install-no-daemons .ci/debian-packages '*ctest*) ;;
 *) fail "README.md's test command does not install .ci/debian-packages (.ci/apt-install-no-daemons): $tst" ;;

@@ -9,7 +9,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 readme=$root/README.md
-cmd=$(grep -A14 'Build and run all the tests' "$readme" | sed -n '/^apt-get/p' | head -1)
+cmd=$(grep -A30 'Build and run all the tests' "$readme" | sed -n '/^apt-get/p' | head -1)
 [ -n "$cmd" ] || { echo "README.md: no test command found" >&2; exit 1; }
 grep -qxF "$cmd" "$root/.ci/run" || { echo ".ci/run does not run the README test command: $cmd" >&2; exit 1; }
 echo "README test command is in .ci/run"

@@ -272,7 +272,7 @@ if [ "${1:-}" = test-install ]; then
     # ---- the README test command's install leaves the machine as it found it ------------------
     make_base
     new_machine
-    tst=$(readme_line 'Build and run all the tests' 14 '^apt-get')
+    tst=$(readme_line 'Build and run all the tests' 30 '^apt-get')
     inst=${tst%% && cmake *}
     [ -n "$tst" ] && [ "$inst" != "$tst" ] || die "README.md: no test command found"
     log "the test command's install part: $inst"
@@ -324,7 +324,7 @@ if [ "${1:-}" = toolchains ] || [ "${1:-}" = orders ]; then
         log "the test list replaced by $MTPROXY_FRESH_LIST (a scratch list)"
     fi
     run=$(readme_line '^Install what building needs' 6 '^apt-get')
-    tst=$(readme_line 'Build and run all the tests' 14 '^apt-get')
+    tst=$(readme_line 'Build and run all the tests' 30 '^apt-get')
     [ -n "$run" ] && [ -n "$tst" ] || die "README.md: no run or test command found"
     log "fresh tree ready ($(($(date +%s) - t0)) s, $(disk) MB)"
     l=$work/root
