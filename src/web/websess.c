@@ -1,0 +1,985 @@
+/* websess.c: WEB proxy v1 sessions: bootstraps, sessions, streams, up/down queues and limits. */
+#include "web/websess.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/siphash.h"
+#include "crypto/crypto.h"
+#include "proto/webframe.h"
+
+#define RATE_UNIT 60000u /* a token bucket counts in events x ms-per-minute */
+
+/* A queued piece: a whole frame (down) or DATA payload bytes from off on (up). */
+struct item {
+    struct item *next;
+    uint32_t len, off;
+    uint8_t b[];
+};
+
+struct queue {
+    struct item *head, *tail;
+};
+
+struct stream {
+    uint32_t id;
+    uint8_t client_closed;
+    struct webframe_stream st;
+    struct queue up; /* client DATA for the backend */
+};
+
+struct boot {
+    struct boot *next;
+    char token[WEBSESS_TOKEN_LEN + 1];
+    int user;
+    uint8_t spent;
+    int64_t expires;
+    struct websess *sess; /* the session it created, while both live */
+};
+
+struct websess {
+    struct websess *next; /* hash chain */
+    char token[WEBSESS_TOKEN_LEN + 1];
+    enum websess_mode mode;
+    int user;
+    int64_t last;
+    struct boot *boot;
+    struct webframe_session fs;
+    struct webframe_up up;
+    struct webframe_down down;
+    struct queue downq;
+    uint8_t *batch; /* the issued, unacknowledged batch */
+    size_t batch_len;
+    uint64_t batch_bytes, batch_items; /* the charge its frames carried */
+    struct stream *streams;
+    uint32_t nstreams, cap_streams;
+    uint32_t *closed; /* recently closed ids: linear until full, then a ring */
+    uint32_t nclosed, cap_closed, closed_head;
+    uint64_t pending_bytes, pending_items;
+};
+
+struct bucket {
+    uint64_t tokens;
+    int64_t last;
+};
+
+struct websess_table {
+    struct websess_limits l;
+    struct websess_shared *g;
+    struct websess_hooks h;
+    struct siphash_key key;
+    struct websess **sess;
+    struct boot **boots;
+    size_t smask, bmask, nsess, nboot;
+    struct bucket session_rate, stream_rate, boot_rate;
+    struct websess_counters c;
+};
+
+void websess_limits_default(struct websess_limits *l)
+{
+    *l = (struct websess_limits){
+        .sessions = 128,
+        .streams = 4096,
+        .streams_per_session = 128,
+        .closed_ids = 4096,
+        .pending_session = 32u << 20,
+        .pending_process = 512u << 20,
+        .items_session = 16384,
+        .items_process = 262144,
+        .item_charge = 256,
+        .bootstraps = 512,
+        .session_rate = 600,
+        .session_burst = 128,
+        .stream_rate = 6000,
+        .stream_burst = 512,
+        .bootstrap_rate = 1200,
+        .bootstrap_burst = 256,
+        .body_bytes = 2u << 20,
+        .frame_payload = WEBFRAME_MAX_PAYLOAD,
+        .data_chunk = WEBFRAME_DATA_CHUNK,
+        .batch_bytes = 2u << 20,
+        .bootstrap_ms = 120000,
+        .grace_ms = 120000,
+        .poll_ms = 25000,
+        .dial_ms = 5000,
+        .dials = 256,
+    };
+}
+
+void websess_shared_init(struct websess_shared *g)
+{
+    atomic_init(&g->sessions, 0);
+    atomic_init(&g->streams, 0);
+    atomic_init(&g->bootstraps, 0);
+    atomic_init(&g->pending_bytes, 0);
+    atomic_init(&g->pending_items, 0);
+}
+
+const char *websess_mode_name(enum websess_mode mode)
+{
+    switch (mode) {
+    case WEBSESS_HTTPS_LANES:
+        return "https-lanes";
+    case WEBSESS_WEBSOCKET:
+        return "websocket";
+    case WEBSESS_WEBSOCKET_LANES:
+        return "websocket-lanes";
+    default:
+        return "https";
+    }
+}
+
+/* Adds add to *c unless the sum passes max. 0, or -1 (unchanged). */
+static int reserve(atomic_uint_fast64_t *c, uint64_t add, uint64_t max)
+{
+    uint64_t was = atomic_fetch_add(c, add);
+    if (was + add > max) {
+        atomic_fetch_sub(c, add);
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes one event from a bucket of rate per minute and burst at now: 0, or -1. */
+static int bucket_take(struct bucket *b, uint32_t rate, uint32_t burst, int64_t now)
+{
+    uint64_t cap = (uint64_t)burst * RATE_UNIT;
+    if (now > b->last) {
+        uint64_t add = (uint64_t)(now - b->last) * rate;
+        b->tokens = add >= cap || b->tokens >= cap - add ? cap : b->tokens + add;
+        b->last = now;
+    }
+    if (b->tokens < RATE_UNIT)
+        return -1;
+    b->tokens -= RATE_UNIT;
+    return 0;
+}
+
+static int refuse(struct websess_table *t, enum websess_reason r)
+{
+    t->c.refused[r]++;
+    return (int)r;
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t p = 16;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+struct websess_table *websess_table_new(const struct websess_limits *l, struct websess_shared *g,
+                                        const struct websess_hooks *hooks)
+{
+    struct websess_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->l = *l;
+    t->g = g;
+    if (hooks)
+        t->h = *hooks;
+    siphash_key_random(&t->key);
+    size_t ns = pow2_at_least((size_t)l->sessions * 2), nb = pow2_at_least((size_t)l->bootstraps * 2);
+    t->sess = calloc(ns, sizeof *t->sess);
+    t->boots = calloc(nb, sizeof *t->boots);
+    if (!t->sess || !t->boots) {
+        free(t->sess);
+        free(t->boots);
+        free(t);
+        return NULL;
+    }
+    t->smask = ns - 1;
+    t->bmask = nb - 1;
+    t->session_rate.tokens = (uint64_t)l->session_burst * RATE_UNIT;
+    t->stream_rate.tokens = (uint64_t)l->stream_burst * RATE_UNIT;
+    t->boot_rate.tokens = (uint64_t)l->bootstrap_burst * RATE_UNIT;
+    return t;
+}
+
+const struct websess_counters *websess_counters(const struct websess_table *t)
+{
+    return &t->c;
+}
+
+size_t websess_count(const struct websess_table *t)
+{
+    return t->nsess;
+}
+
+size_t websess_bootstrap_count(const struct websess_table *t)
+{
+    return t->nboot;
+}
+
+const char *websess_token(const struct websess *s)
+{
+    return s->token;
+}
+
+enum websess_mode websess_mode(const struct websess *s)
+{
+    return s->mode;
+}
+
+int websess_user(const struct websess *s)
+{
+    return s->user;
+}
+
+void websess_touch(struct websess *s, int64_t now)
+{
+    if (now > s->last)
+        s->last = now;
+}
+
+static size_t slot(const struct websess_table *t, const char *tok, size_t mask)
+{
+    return (size_t)siphash13(&t->key, tok, WEBSESS_TOKEN_LEN) & mask;
+}
+
+/* A fresh token: 32 random bytes in base64url. 0, or -1. */
+static int mint_token(char out[WEBSESS_TOKEN_LEN + 1])
+{
+    uint8_t raw[32];
+    if (crypto_random(raw, sizeof raw) != 0)
+        return -1;
+    webcap_b64url(raw, sizeof raw, out, WEBSESS_TOKEN_LEN + 1);
+    memset(raw, 0, sizeof raw);
+    return 0;
+}
+
+/* ---- pending bytes: each queued item costs its bytes and the item charge ---- */
+
+/* Whether bytes and items more fit s and the process: -1 if so, else the reason. */
+static int fits(const struct websess_table *t, const struct websess *s, uint64_t bytes,
+                uint64_t items)
+{
+    if (s->pending_bytes + bytes > t->l.pending_session ||
+        s->pending_items + items > t->l.items_session)
+        return WEBSESS_R_PENDING_SESSION;
+    if (atomic_load(&t->g->pending_bytes) + bytes > t->l.pending_process ||
+        atomic_load(&t->g->pending_items) + items > t->l.items_process)
+        return WEBSESS_R_PENDING_PROCESS;
+    return -1;
+}
+
+static void charge(struct websess_table *t, struct websess *s, uint64_t bytes, uint64_t items)
+{
+    s->pending_bytes += bytes;
+    s->pending_items += items;
+    atomic_fetch_add(&t->g->pending_bytes, bytes);
+    atomic_fetch_add(&t->g->pending_items, items);
+}
+
+static void uncharge(struct websess_table *t, struct websess *s, uint64_t bytes, uint64_t items)
+{
+    s->pending_bytes -= bytes;
+    s->pending_items -= items;
+    atomic_fetch_sub(&t->g->pending_bytes, bytes);
+    atomic_fetch_sub(&t->g->pending_items, items);
+}
+
+static uint64_t cost(const struct websess_table *t, size_t len)
+{
+    return (uint64_t)len + t->l.item_charge;
+}
+
+static void queue_push(struct queue *q, struct item *it)
+{
+    it->next = NULL;
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+}
+
+static struct item *queue_pop(struct queue *q)
+{
+    struct item *it = q->head;
+    if (it) {
+        q->head = it->next;
+        if (!q->head)
+            q->tail = NULL;
+    }
+    return it;
+}
+
+/* Frees every item of q and takes their charge off s. */
+static void queue_drop(struct websess_table *t, struct websess *s, struct queue *q)
+{
+    struct item *it;
+    while ((it = queue_pop(q)) != NULL) {
+        uncharge(t, s, cost(t, it->len), 1);
+        free(it);
+    }
+}
+
+static size_t queue_bytes(const struct queue *q)
+{
+    size_t n = 0;
+    for (const struct item *it = q->head; it; it = it->next)
+        n += sizeof *it + it->len;
+    return n;
+}
+
+/* Queues one frame down (charged). force: control frames a limit must not stop. 0, or the
+ * refusal reason (counted). */
+static int queue_frame(struct websess_table *t, struct websess *s, uint8_t type, uint32_t stream,
+                       const void *payload, uint32_t len, int force)
+{
+    size_t total = WEBFRAME_HDR_LEN + (size_t)len;
+    int r = force ? -1 : fits(t, s, cost(t, total), 1);
+    if (r >= 0)
+        return refuse(t, (enum websess_reason)r);
+    struct item *it = malloc(sizeof *it + total);
+    if (!it)
+        return refuse(t, WEBSESS_R_PENDING_PROCESS);
+    it->len = (uint32_t)webframe_build(type, stream, payload, len, it->b, total);
+    it->off = 0;
+    charge(t, s, cost(t, total), 1);
+    int was_empty = s->downq.head == NULL;
+    queue_push(&s->downq, it);
+    if (was_empty && t->h.on_down)
+        t->h.on_down(t->h.ctx, s);
+    return 0;
+}
+
+/* ---- streams and closed ids ---- */
+
+static struct stream *stream_find(const struct websess *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nstreams; i++)
+        if (s->streams[i].id == id)
+            return &s->streams[i];
+    return NULL;
+}
+
+static int closed_has(const struct websess *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nclosed; i++)
+        if (s->closed[i] == id)
+            return 1;
+    return 0;
+}
+
+/* Remembers id as closed; the oldest is forgotten once closed_ids are held. */
+static void closed_add(struct websess_table *t, struct websess *s, uint32_t id)
+{
+    uint32_t max = t->l.closed_ids;
+    if (max == 0)
+        return;
+    if (s->nclosed == s->cap_closed && s->cap_closed < max) {
+        uint32_t cap = s->cap_closed ? s->cap_closed * 2 : 8;
+        if (cap > max)
+            cap = max;
+        uint32_t *p = realloc(s->closed, cap * sizeof *p);
+        if (p) {
+            s->closed = p;
+            s->cap_closed = cap;
+        }
+    }
+    if (s->nclosed < s->cap_closed) {
+        s->closed[s->nclosed++] = id;
+    } else if (s->cap_closed) {
+        s->closed[s->closed_head] = id;
+        s->closed_head = (s->closed_head + 1) % s->cap_closed;
+    }
+}
+
+/* Adds a live stream id (room checked by the caller). NULL if out of memory. */
+static struct stream *stream_add(struct websess *s, uint32_t id)
+{
+    if (s->nstreams == s->cap_streams) {
+        uint32_t cap = s->cap_streams ? s->cap_streams * 2 : 4;
+        struct stream *p = realloc(s->streams, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        s->streams = p;
+        s->cap_streams = cap;
+    }
+    struct stream *st = &s->streams[s->nstreams++];
+    memset(st, 0, sizeof *st);
+    st->id = id;
+    return st;
+}
+
+/* Forgets stream st of s (its queue dropped, its id remembered as closed). */
+static void stream_remove(struct websess_table *t, struct websess *s, struct stream *st)
+{
+    queue_drop(t, s, &st->up);
+    closed_add(t, s, st->id);
+    atomic_fetch_sub(&t->g->streams, 1);
+    *st = s->streams[--s->nstreams];
+    if (s->nstreams == 0) {
+        free(s->streams);
+        s->streams = NULL;
+        s->cap_streams = 0;
+    }
+}
+
+/* An OPEN from the client: a live stream, or (a limit) CLOSE down and the session lives on.
+ * 0, or -1 for a protocol error. */
+static int stream_open(struct websess_table *t, struct websess *s, const struct webframe *f,
+                       int64_t now)
+{
+    if (stream_find(s, f->stream) || closed_has(s, f->stream))
+        return -1; /* an id used again */
+    int r = -1;
+    if (s->nstreams >= t->l.streams_per_session)
+        r = WEBSESS_R_STREAMS_SESSION;
+    else if (reserve(&t->g->streams, 1, t->l.streams) != 0)
+        r = WEBSESS_R_STREAMS;
+    else if (bucket_take(&t->stream_rate, t->l.stream_rate, t->l.stream_burst, now) != 0) {
+        atomic_fetch_sub(&t->g->streams, 1);
+        r = WEBSESS_R_STREAM_RATE;
+    }
+    struct stream *st = r < 0 ? stream_add(s, f->stream) : NULL;
+    if (r < 0 && !st) {
+        atomic_fetch_sub(&t->g->streams, 1);
+        r = WEBSESS_R_STREAMS_SESSION;
+    }
+    if (r >= 0) {
+        refuse(t, (enum websess_reason)r);
+        closed_add(t, s, f->stream);
+        queue_frame(t, s, WEBFRAME_CLOSE, f->stream, NULL, 0, 1);
+        return 0;
+    }
+    webframe_stream_step(&st->st, f, WEBFRAME_UP);
+    t->c.streams++;
+    if (t->h.on_open)
+        t->h.on_open(t->h.ctx, s, f->stream);
+    return 0;
+}
+
+/* A stream frame other than OPEN from the client. 0, or -1 for a protocol error. */
+static int stream_frame(struct websess_table *t, struct websess *s, const struct webframe *f)
+{
+    struct stream *st = stream_find(s, f->stream);
+    if (!st) {
+        struct webframe_stream gone = {0};
+        if (closed_has(s, f->stream))
+            gone.state = WEBFRAME_STREAM_CLOSED;
+        return webframe_stream_step(&gone, f, WEBFRAME_UP) == WEBFRAME_FATAL ? -1 : 0;
+    }
+    enum webframe_verdict v = webframe_stream_step(&st->st, f, WEBFRAME_UP);
+    if (v != WEBFRAME_ACCEPT)
+        return v == WEBFRAME_FATAL ? -1 : 0;
+    uint32_t id = st->id;
+    if (f->type == WEBFRAME_DATA) {
+        struct item *it = malloc(sizeof *it + f->len);
+        if (!it)
+            return -1;
+        memcpy(it->b, f->payload, f->len);
+        it->len = f->len;
+        it->off = 0;
+        charge(t, s, cost(t, f->len), 1);
+        queue_push(&st->up, it);
+        if (t->h.on_up)
+            t->h.on_up(t->h.ctx, s, id);
+    } else if (f->type == WEBFRAME_WINDOW) {
+        if (t->h.on_window)
+            t->h.on_window(t->h.ctx, s, id);
+    } else if (f->type == WEBFRAME_CLOSE) {
+        st->client_closed = 1;
+        if (t->h.on_close)
+            t->h.on_close(t->h.ctx, s, id);
+    }
+    return 0;
+}
+
+/* ---- bootstraps ---- */
+
+static struct boot *boot_find(struct websess_table *t, const char *tok, size_t n)
+{
+    if (n != WEBSESS_TOKEN_LEN)
+        return NULL;
+    struct boot *found = NULL;
+    for (struct boot *b = t->boots[slot(t, tok, t->bmask)]; b; b = b->next)
+        if (crypto_memeq(b->token, tok, WEBSESS_TOKEN_LEN))
+            found = b;
+    return found;
+}
+
+static void boot_free(struct websess_table *t, struct boot *b)
+{
+    if (b->sess)
+        b->sess->boot = NULL;
+    memset(b->token, 0, sizeof b->token);
+    free(b);
+    t->nboot--;
+    atomic_fetch_sub(&t->g->bootstraps, 1);
+}
+
+/* Frees the bootstraps past their lifetime at now; returns how many. */
+static unsigned boot_sweep(struct websess_table *t, int64_t now)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i <= t->bmask; i++) {
+        struct boot **pp = &t->boots[i];
+        while (*pp) {
+            struct boot *b = *pp;
+            if (now >= b->expires) {
+                *pp = b->next;
+                boot_free(t, b);
+                n++;
+            } else {
+                pp = &b->next;
+            }
+        }
+    }
+    t->c.expired_bootstraps += n;
+    return n;
+}
+
+enum websess_result websess_bootstrap_mint(struct websess_table *t, int user, int64_t now,
+                                           char out[WEBSESS_TOKEN_LEN + 1])
+{
+    out[0] = 0;
+    if (bucket_take(&t->boot_rate, t->l.bootstrap_rate, t->l.bootstrap_burst, now) != 0) {
+        refuse(t, WEBSESS_R_BOOTSTRAP_RATE);
+        return WEBSESS_BUSY;
+    }
+    if (reserve(&t->g->bootstraps, 1, t->l.bootstraps) != 0 &&
+        (boot_sweep(t, now) == 0 || reserve(&t->g->bootstraps, 1, t->l.bootstraps) != 0)) {
+        refuse(t, WEBSESS_R_BOOTSTRAPS);
+        return WEBSESS_BUSY;
+    }
+    struct boot *b = calloc(1, sizeof *b);
+    if (!b || mint_token(b->token) != 0) {
+        free(b);
+        atomic_fetch_sub(&t->g->bootstraps, 1);
+        refuse(t, WEBSESS_R_RANDOM);
+        return WEBSESS_BUSY;
+    }
+    b->user = user;
+    b->expires = now + t->l.bootstrap_ms;
+    size_t i = slot(t, b->token, t->bmask);
+    b->next = t->boots[i];
+    t->boots[i] = b;
+    t->nboot++;
+    t->c.bootstraps++;
+    memcpy(out, b->token, WEBSESS_TOKEN_LEN + 1);
+    return WEBSESS_OK;
+}
+
+/* The live, unexpired bootstrap tok[0..n), or NULL (counted). */
+static struct boot *boot_live(struct websess_table *t, const char *tok, size_t n, int64_t now)
+{
+    struct boot *b = boot_find(t, tok, n);
+    if (!b || now >= b->expires) {
+        refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
+        return NULL;
+    }
+    return b;
+}
+
+enum websess_result websess_bootstrap_spend(struct websess_table *t, const char *tok, size_t n,
+                                            int64_t now, int *user)
+{
+    struct boot *b = boot_live(t, tok, n, now);
+    if (!b)
+        return WEBSESS_REFUSED;
+    if (b->spent) {
+        refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
+        return WEBSESS_REFUSED;
+    }
+    b->spent = 1;
+    if (user)
+        *user = b->user;
+    return WEBSESS_OK;
+}
+
+/* ---- sessions ---- */
+
+static void session_unlink(struct websess_table *t, struct websess *s)
+{
+    struct websess **pp = &t->sess[slot(t, s->token, t->smask)];
+    while (*pp && *pp != s)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = s->next;
+}
+
+/* Ends s: on_end, then every queue, stream and the batch go, and s is freed. */
+static void session_end(struct websess_table *t, struct websess *s)
+{
+    if (t->h.on_end)
+        t->h.on_end(t->h.ctx, s);
+    session_unlink(t, s);
+    while (s->nstreams)
+        stream_remove(t, s, &s->streams[s->nstreams - 1]);
+    queue_drop(t, s, &s->downq);
+    if (s->batch)
+        uncharge(t, s, s->batch_bytes, s->batch_items);
+    free(s->batch);
+    free(s->closed);
+    if (s->boot)
+        s->boot->sess = NULL;
+    memset(s->token, 0, sizeof s->token);
+    free(s);
+    t->nsess--;
+    atomic_fetch_sub(&t->g->sessions, 1);
+}
+
+static void session_fatal(struct websess_table *t, struct websess *s)
+{
+    refuse(t, WEBSESS_R_PROTOCOL);
+    session_end(t, s);
+}
+
+/* 1 if body[0..n) is exactly one valid HELLO frame. */
+static int is_hello(const uint8_t *body, size_t n)
+{
+    struct webframe f;
+    struct webframe_session fs = {0};
+    return webframe_parse(body, n, WEBFRAME_MAX_PAYLOAD, &f, NULL) == WEBFRAME_OK &&
+           f.total == n && webframe_check(&f, WEBFRAME_UP) == 0 && f.type == WEBFRAME_HELLO &&
+           webframe_session_step(&fs, &f, WEBFRAME_UP) == WEBFRAME_ACCEPT;
+}
+
+/* A new session for bootstrap b (limits checked), or NULL with the refusal counted. */
+static struct websess *session_new(struct websess_table *t, struct boot *b,
+                                   enum websess_mode mode, int64_t now, enum websess_result *res)
+{
+    *res = WEBSESS_BUSY;
+    if (reserve(&t->g->sessions, 1, t->l.sessions) != 0) {
+        refuse(t, WEBSESS_R_SESSIONS);
+        return NULL;
+    }
+    if (bucket_take(&t->session_rate, t->l.session_rate, t->l.session_burst, now) != 0) {
+        atomic_fetch_sub(&t->g->sessions, 1);
+        refuse(t, WEBSESS_R_SESSION_RATE);
+        return NULL;
+    }
+    struct websess *s = calloc(1, sizeof *s);
+    if (!s || mint_token(s->token) != 0) {
+        free(s);
+        atomic_fetch_sub(&t->g->sessions, 1);
+        refuse(t, WEBSESS_R_RANDOM);
+        return NULL;
+    }
+    s->mode = mode;
+    s->user = b->user;
+    s->last = now;
+    s->fs.up_started = s->fs.down_started = 1; /* HELLO received, WELCOME answered */
+    s->boot = b;
+    b->spent = 1;
+    b->sess = s;
+    size_t i = slot(t, s->token, t->smask);
+    s->next = t->sess[i];
+    t->sess[i] = s;
+    t->nsess++;
+    t->c.sessions++;
+    *res = WEBSESS_OK;
+    return s;
+}
+
+enum websess_result websess_create(struct websess_table *t, const char *tok, size_t n,
+                                   const uint8_t *body, size_t blen, enum websess_mode mode,
+                                   int64_t now, struct websess **out)
+{
+    *out = NULL;
+    struct boot *b = boot_live(t, tok, n, now);
+    if (!b)
+        return WEBSESS_REFUSED;
+    if (!is_hello(body, blen)) {
+        refuse(t, WEBSESS_R_HELLO);
+        return WEBSESS_REFUSED;
+    }
+    if (b->spent) {
+        if (!b->sess) {
+            refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
+            return WEBSESS_REFUSED;
+        }
+        *out = b->sess;
+        websess_touch(b->sess, now);
+        return WEBSESS_REPLAY;
+    }
+    enum websess_result res;
+    *out = session_new(t, b, mode, now, &res);
+    return res;
+}
+
+struct websess *websess_find(struct websess_table *t, const char *tok, size_t n)
+{
+    if (n != WEBSESS_TOKEN_LEN)
+        return NULL;
+    struct websess *found = NULL;
+    for (struct websess *s = t->sess[slot(t, tok, t->smask)]; s; s = s->next)
+        if (crypto_memeq(s->token, tok, WEBSESS_TOKEN_LEN))
+            found = s;
+    return found;
+}
+
+void websess_close(struct websess_table *t, struct websess *s)
+{
+    t->c.closed_sessions++;
+    session_end(t, s);
+}
+
+void websess_table_free(struct websess_table *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i <= t->smask; i++)
+        while (t->sess[i])
+            session_end(t, t->sess[i]);
+    for (size_t i = 0; i <= t->bmask; i++)
+        while (t->boots[i]) {
+            struct boot *b = t->boots[i];
+            t->boots[i] = b->next;
+            boot_free(t, b);
+        }
+    free(t->sess);
+    free(t->boots);
+    free(t);
+}
+
+struct websess_swept websess_sweep(struct websess_table *t, int64_t now)
+{
+    struct websess_swept w = {0, 0};
+    for (size_t i = 0; i <= t->smask; i++) {
+        struct websess *s = t->sess[i];
+        while (s) {
+            struct websess *next = s->next;
+            if (now - s->last >= t->l.grace_ms) {
+                session_end(t, s);
+                w.sessions++;
+            }
+            s = next;
+        }
+    }
+    t->c.expired_sessions += w.sessions;
+    w.bootstraps = boot_sweep(t, now);
+    return w;
+}
+
+size_t websess_bytes(const struct websess *s)
+{
+    size_t n = sizeof *s + s->batch_len + queue_bytes(&s->downq);
+    n += (size_t)s->cap_streams * sizeof *s->streams + (size_t)s->cap_closed * sizeof *s->closed;
+    for (uint32_t i = 0; i < s->nstreams; i++)
+        n += queue_bytes(&s->streams[i].up);
+    return n;
+}
+
+/* ---- the up direction ---- */
+
+/* The queue charge the DATA frames of a valid body[0..n) need. */
+static void up_need(const struct websess_table *t, const uint8_t *body, size_t n,
+                    uint64_t *bytes, uint64_t *items)
+{
+    *bytes = *items = 0;
+    struct webframe f;
+    for (size_t off = 0; off < n; off += f.total) {
+        webframe_parse(body + off, n - off, t->l.frame_payload, &f, NULL);
+        if (f.type == WEBFRAME_DATA) {
+            *bytes += cost(t, f.len);
+            *items += 1;
+        }
+    }
+}
+
+/* Applies one client frame. 0, or -1 for a protocol error. */
+static int up_frame(struct websess_table *t, struct websess *s, const struct webframe *f,
+                    int64_t now)
+{
+    if (webframe_check(f, WEBFRAME_UP) != 0)
+        return -1;
+    if (f->stream == 0)
+        return webframe_session_step(&s->fs, f, WEBFRAME_UP) == WEBFRAME_ACCEPT ? 0 : -1;
+    if (f->type == WEBFRAME_OPEN)
+        return stream_open(t, s, f, now);
+    return stream_frame(t, s, f);
+}
+
+enum websess_result websess_up(struct websess_table *t, struct websess *s, uint64_t seq,
+                               const uint8_t *body, size_t n, int64_t now)
+{
+    if (n > t->l.body_bytes) {
+        refuse(t, WEBSESS_R_BODY);
+        return WEBSESS_REFUSED;
+    }
+    uint8_t digest[32];
+    crypto_sha256(body, n, NULL, 0, digest);
+    enum webframe_replay v = webframe_up_judge(&s->up, seq, digest);
+    size_t count;
+    if (v == WEBFRAME_REFUSE ||
+        (v == WEBFRAME_FRESH &&
+         webframe_batch(body, n, t->l.frame_payload, &count) != WEBFRAME_OK)) {
+        session_fatal(t, s);
+        return WEBSESS_FATAL;
+    }
+    websess_touch(s, now);
+    if (v == WEBFRAME_REPLAY)
+        return WEBSESS_REPLAY;
+    uint64_t bytes, items;
+    up_need(t, body, n, &bytes, &items);
+    int r = fits(t, s, bytes, items);
+    if (r >= 0) {
+        refuse(t, (enum websess_reason)r);
+        return WEBSESS_BUSY;
+    }
+    struct webframe f;
+    for (size_t off = 0; off < n; off += f.total) {
+        webframe_parse(body + off, n - off, t->l.frame_payload, &f, NULL);
+        if (up_frame(t, s, &f, now) != 0) {
+            session_fatal(t, s);
+            return WEBSESS_FATAL;
+        }
+    }
+    webframe_up_commit(&s->up, seq, digest);
+    return WEBSESS_OK;
+}
+
+int websess_stream_up(const struct websess *s, uint32_t stream, const uint8_t **p, size_t *n)
+{
+    const struct stream *st = stream_find(s, stream);
+    if (!st)
+        return -1;
+    const struct item *it = st->up.head;
+    *p = it ? it->b + it->off : NULL;
+    *n = it ? it->len - it->off : 0;
+    return 0;
+}
+
+/* Returns n bytes of up credit to the client: a WINDOW down, merged into a WINDOW for the same
+ * stream still waiting at the queue's tail. */
+static void window_down(struct websess_table *t, struct websess *s, struct stream *st, uint32_t n)
+{
+    if (webframe_credit_grant(&st->st.up_credit, n) != 0)
+        return;
+    struct item *tail = s->downq.tail;
+    struct webframe f;
+    uint32_t merged = 0;
+    if (tail && webframe_parse(tail->b, tail->len, 4, &f, NULL) == WEBFRAME_OK &&
+        f.type == WEBFRAME_WINDOW && f.stream == st->id) {
+        merged = webframe_window_delta(&f);
+        if (webframe_credit_grant(&merged, n) == 0) {
+            uint8_t d[4] = {(uint8_t)(merged >> 24), (uint8_t)(merged >> 16),
+                            (uint8_t)(merged >> 8), (uint8_t)merged};
+            memcpy(tail->b + WEBFRAME_HDR_LEN, d, 4);
+            return;
+        }
+    }
+    uint8_t d[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    queue_frame(t, s, WEBFRAME_WINDOW, st->id, d, 4, 1);
+}
+
+int websess_stream_written(struct websess_table *t, struct websess *s, uint32_t stream, size_t n)
+{
+    struct stream *st = stream_find(s, stream);
+    struct item *it = st ? st->up.head : NULL;
+    if (!it || n == 0 || n > it->len - it->off)
+        return -1;
+    it->off += (uint32_t)n;
+    if (it->off == it->len) {
+        queue_pop(&st->up);
+        uncharge(t, s, cost(t, it->len), 1);
+        free(it);
+    }
+    if (st->st.state == WEBFRAME_STREAM_LIVE)
+        window_down(t, s, st, (uint32_t)n);
+    return 0;
+}
+
+/* ---- the down direction ---- */
+
+uint32_t websess_stream_credit(const struct websess *s, uint32_t stream)
+{
+    const struct stream *st = stream_find(s, stream);
+    return st && st->st.state == WEBFRAME_STREAM_LIVE ? st->st.down_credit : 0;
+}
+
+size_t websess_send(struct websess_table *t, struct websess *s, uint32_t stream,
+                    const uint8_t *data, size_t len)
+{
+    struct stream *st = stream_find(s, stream);
+    if (!st || st->st.state != WEBFRAME_STREAM_LIVE)
+        return 0;
+    size_t done = 0;
+    while (done < len && st->st.down_credit > 0) {
+        uint32_t k = t->l.data_chunk;
+        if (k > len - done)
+            k = (uint32_t)(len - done);
+        if (k > st->st.down_credit)
+            k = st->st.down_credit;
+        if (queue_frame(t, s, WEBFRAME_DATA, stream, data + done, k, 0) != 0)
+            break;
+        webframe_credit_take(&st->st.down_credit, k);
+        done += k;
+    }
+    return done;
+}
+
+void websess_stream_end(struct websess_table *t, struct websess *s, uint32_t stream)
+{
+    struct stream *st = stream_find(s, stream);
+    if (!st)
+        return;
+    if (!st->client_closed)
+        queue_frame(t, s, WEBFRAME_CLOSE, stream, NULL, 0, 1);
+    stream_remove(t, s, st);
+}
+
+/* Moves queued frames into a new batch (up to the batch target and WEBFRAME_MAX_BATCH frames,
+ * at least one). 0, or -1 if out of memory. */
+static int batch_build(struct websess_table *t, struct websess *s)
+{
+    size_t len = 0, k = 0;
+    for (const struct item *it = s->downq.head; it && k < WEBFRAME_MAX_BATCH; it = it->next) {
+        if (k > 0 && len + it->len > t->l.batch_bytes)
+            break;
+        len += it->len;
+        k++;
+    }
+    uint8_t *p = malloc(len);
+    if (!p)
+        return -1;
+    s->batch = p;
+    s->batch_len = len;
+    s->batch_bytes = s->batch_items = 0;
+    for (size_t i = 0; i < k; i++) {
+        struct item *it = queue_pop(&s->downq);
+        memcpy(p, it->b, it->len);
+        p += it->len;
+        s->batch_bytes += cost(t, it->len);
+        s->batch_items++;
+        free(it);
+    }
+    return 0;
+}
+
+enum websess_result websess_down(struct websess_table *t, struct websess *s, uint64_t cursor,
+                                 int64_t now, const uint8_t **p, size_t *n, uint64_t *next)
+{
+    *p = NULL;
+    *n = 0;
+    enum webframe_replay v = webframe_down_judge(&s->down, cursor);
+    if (v == WEBFRAME_REFUSE) {
+        session_fatal(t, s);
+        return WEBSESS_FATAL;
+    }
+    websess_touch(s, now);
+    if (v == WEBFRAME_REPLAY) {
+        *p = s->batch;
+        *n = s->batch_len;
+        *next = s->down.acked + 1;
+        return WEBSESS_REPLAY;
+    }
+    if (s->batch) { /* acknowledged */
+        uncharge(t, s, s->batch_bytes, s->batch_items);
+        free(s->batch);
+        s->batch = NULL;
+        s->batch_len = 0;
+    }
+    *next = s->down.acked;
+    if (!s->downq.head || batch_build(t, s) != 0)
+        return WEBSESS_WAIT;
+    *next = webframe_down_issue(&s->down);
+    *p = s->batch;
+    *n = s->batch_len;
+    return WEBSESS_OK;
+}
