@@ -180,7 +180,8 @@ struct websess_table *websess_table_new(const struct websess_limits *l, struct w
     if (hooks)
         t->h = *hooks;
     siphash_key_random(&t->key);
-    size_t ns = pow2_at_least((size_t)l->sessions * 2), nb = pow2_at_least((size_t)l->bootstraps * 2);
+    size_t ns = pow2_at_least((size_t)l->sessions * 2);
+    size_t nb = pow2_at_least((size_t)l->bootstraps * 2);
     t->sess = calloc(ns, sizeof *t->sess);
     t->boots = calloc(nb, sizeof *t->boots);
     if (!t->sess || !t->boots) {
