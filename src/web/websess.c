@@ -28,9 +28,14 @@ struct stream {
     struct queue up; /* client DATA for the backend */
 };
 
-struct boot {
-    struct boot *next;
+/* What the token tables chain: bootstraps and sessions start with it. */
+struct entry {
+    struct entry *next;
     char token[WEBSESS_TOKEN_LEN + 1];
+};
+
+struct boot {
+    struct entry e;
     int user;
     uint8_t spent;
     int64_t expires;
@@ -38,8 +43,7 @@ struct boot {
 };
 
 struct websess {
-    struct websess *next; /* hash chain */
-    char token[WEBSESS_TOKEN_LEN + 1];
+    struct entry e;
     enum websess_mode mode;
     int user;
     int64_t last;
@@ -68,8 +72,7 @@ struct websess_table {
     struct websess_shared *g;
     struct websess_hooks h;
     struct siphash_key key;
-    struct websess **sess;
-    struct boot **boots;
+    struct entry **sess, **boots;
     size_t smask, bmask, nsess, nboot;
     struct bucket session_rate, stream_rate, boot_rate;
     struct websess_counters c;
@@ -215,7 +218,7 @@ size_t websess_bootstrap_count(const struct websess_table *t)
 
 const char *websess_token(const struct websess *s)
 {
-    return s->token;
+    return s->e.token;
 }
 
 enum websess_mode websess_mode(const struct websess *s)
@@ -250,7 +253,60 @@ static int mint_token(char out[WEBSESS_TOKEN_LEN + 1])
     return 0;
 }
 
-/* ---- pending bytes: each queued item costs its bytes and the item charge ---- */
+/* How a new entry is admitted: a process-wide count below max, and a rate. */
+struct admit {
+    atomic_uint_fast64_t *count;
+    uint64_t max;
+    enum websess_reason full;
+    struct bucket *b;
+    uint32_t rate, burst;
+    enum websess_reason slow;
+};
+
+/* A zeroed entry of size bytes with a fresh token, counted in a->count, or NULL with the
+ * refusal counted. */
+static void *entry_new(struct websess_table *t, size_t size, const struct admit *a, int64_t now)
+{
+    if (reserve(a->count, 1, a->max) != 0) {
+        refuse(t, a->full);
+        return NULL;
+    }
+    if (bucket_take(a->b, a->rate, a->burst, now) != 0) {
+        atomic_fetch_sub(a->count, 1);
+        refuse(t, a->slow);
+        return NULL;
+    }
+    struct entry *e = calloc(1, size);
+    if (!e || mint_token(e->token) != 0) {
+        free(e);
+        atomic_fetch_sub(a->count, 1);
+        refuse(t, WEBSESS_R_RANDOM);
+        return NULL;
+    }
+    return e;
+}
+
+static void entry_insert(struct websess_table *t, struct entry **buckets, size_t mask,
+                         struct entry *e)
+{
+    size_t i = slot(t, e->token, mask);
+    e->next = buckets[i];
+    buckets[i] = e;
+}
+
+/* The entry whose token is tok[0..n), or NULL; every token of the chain is compared in
+ * constant time. */
+static struct entry *entry_find(struct websess_table *t, struct entry **buckets, size_t mask,
+                                const char *tok, size_t n)
+{
+    if (n != WEBSESS_TOKEN_LEN)
+        return NULL;
+    struct entry *found = NULL;
+    for (struct entry *e = buckets[slot(t, tok, mask)]; e; e = e->next)
+        if (crypto_memeq(e->token, tok, WEBSESS_TOKEN_LEN))
+            found = e;
+    return found;
+}
 
 /* Whether bytes and items more fit s and the process: -1 if so, else the reason. */
 static int fits(const struct websess_table *t, const struct websess *s, uint64_t bytes,
@@ -346,8 +402,6 @@ static int queue_frame(struct websess_table *t, struct websess *s, uint8_t type,
         t->h.on_down(t->h.ctx, s);
     return 0;
 }
-
-/* ---- streams and closed ids ---- */
 
 static struct stream *stream_find(const struct websess *s, uint32_t id)
 {
@@ -490,24 +544,11 @@ static int stream_frame(struct websess_table *t, struct websess *s, const struct
     return 0;
 }
 
-/* ---- bootstraps ---- */
-
-static struct boot *boot_find(struct websess_table *t, const char *tok, size_t n)
-{
-    if (n != WEBSESS_TOKEN_LEN)
-        return NULL;
-    struct boot *found = NULL;
-    for (struct boot *b = t->boots[slot(t, tok, t->bmask)]; b; b = b->next)
-        if (crypto_memeq(b->token, tok, WEBSESS_TOKEN_LEN))
-            found = b;
-    return found;
-}
-
 static void boot_free(struct websess_table *t, struct boot *b)
 {
     if (b->sess)
         b->sess->boot = NULL;
-    memset(b->token, 0, sizeof b->token);
+    memset(b->e.token, 0, sizeof b->e.token);
     free(b);
     t->nboot--;
     atomic_fetch_sub(&t->g->bootstraps, 1);
@@ -518,15 +559,15 @@ static unsigned boot_sweep(struct websess_table *t, int64_t now)
 {
     unsigned n = 0;
     for (size_t i = 0; i <= t->bmask; i++) {
-        struct boot **pp = &t->boots[i];
+        struct entry **pp = &t->boots[i];
         while (*pp) {
-            struct boot *b = *pp;
+            struct boot *b = (struct boot *)*pp;
             if (now >= b->expires) {
-                *pp = b->next;
+                *pp = b->e.next;
                 boot_free(t, b);
                 n++;
             } else {
-                pp = &b->next;
+                pp = &b->e.next;
             }
         }
     }
@@ -538,37 +579,27 @@ enum websess_result websess_bootstrap_mint(struct websess_table *t, int user, in
                                            char out[WEBSESS_TOKEN_LEN + 1])
 {
     out[0] = 0;
-    if (bucket_take(&t->boot_rate, t->l.bootstrap_rate, t->l.bootstrap_burst, now) != 0) {
-        refuse(t, WEBSESS_R_BOOTSTRAP_RATE);
+    if (atomic_load(&t->g->bootstraps) >= t->l.bootstraps)
+        boot_sweep(t, now); /* full: make room from the expired ones first */
+    const struct admit a = {&t->g->bootstraps, t->l.bootstraps,      WEBSESS_R_BOOTSTRAPS,
+                            &t->boot_rate,     t->l.bootstrap_rate,   t->l.bootstrap_burst,
+                            WEBSESS_R_BOOTSTRAP_RATE};
+    struct boot *b = entry_new(t, sizeof *b, &a, now);
+    if (!b)
         return WEBSESS_BUSY;
-    }
-    if (reserve(&t->g->bootstraps, 1, t->l.bootstraps) != 0 &&
-        (boot_sweep(t, now) == 0 || reserve(&t->g->bootstraps, 1, t->l.bootstraps) != 0)) {
-        refuse(t, WEBSESS_R_BOOTSTRAPS);
-        return WEBSESS_BUSY;
-    }
-    struct boot *b = calloc(1, sizeof *b);
-    if (!b || mint_token(b->token) != 0) {
-        free(b);
-        atomic_fetch_sub(&t->g->bootstraps, 1);
-        refuse(t, WEBSESS_R_RANDOM);
-        return WEBSESS_BUSY;
-    }
     b->user = user;
     b->expires = now + t->l.bootstrap_ms;
-    size_t i = slot(t, b->token, t->bmask);
-    b->next = t->boots[i];
-    t->boots[i] = b;
+    entry_insert(t, t->boots, t->bmask, &b->e);
     t->nboot++;
     t->c.bootstraps++;
-    memcpy(out, b->token, WEBSESS_TOKEN_LEN + 1);
+    memcpy(out, b->e.token, WEBSESS_TOKEN_LEN + 1);
     return WEBSESS_OK;
 }
 
 /* The live, unexpired bootstrap tok[0..n), or NULL (counted). */
 static struct boot *boot_live(struct websess_table *t, const char *tok, size_t n, int64_t now)
 {
-    struct boot *b = boot_find(t, tok, n);
+    struct boot *b = (struct boot *)entry_find(t, t->boots, t->bmask, tok, n);
     if (!b || now >= b->expires) {
         refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
         return NULL;
@@ -592,15 +623,13 @@ enum websess_result websess_bootstrap_spend(struct websess_table *t, const char 
     return WEBSESS_OK;
 }
 
-/* ---- sessions ---- */
-
 static void session_unlink(struct websess_table *t, struct websess *s)
 {
-    struct websess **pp = &t->sess[slot(t, s->token, t->smask)];
-    while (*pp && *pp != s)
+    struct entry **pp = &t->sess[slot(t, s->e.token, t->smask)];
+    while (*pp && *pp != &s->e)
         pp = &(*pp)->next;
     if (*pp)
-        *pp = s->next;
+        *pp = s->e.next;
 }
 
 /* Ends s: on_end, then every queue, stream and the batch go, and s is freed. */
@@ -618,7 +647,7 @@ static void session_end(struct websess_table *t, struct websess *s)
     free(s->closed);
     if (s->boot)
         s->boot->sess = NULL;
-    memset(s->token, 0, sizeof s->token);
+    memset(s->e.token, 0, sizeof s->e.token);
     free(s);
     t->nsess--;
     atomic_fetch_sub(&t->g->sessions, 1);
@@ -645,22 +674,12 @@ static struct websess *session_new(struct websess_table *t, struct boot *b,
                                    enum websess_mode mode, int64_t now, enum websess_result *res)
 {
     *res = WEBSESS_BUSY;
-    if (reserve(&t->g->sessions, 1, t->l.sessions) != 0) {
-        refuse(t, WEBSESS_R_SESSIONS);
+    const struct admit a = {&t->g->sessions, t->l.sessions,     WEBSESS_R_SESSIONS,
+                            &t->session_rate, t->l.session_rate, t->l.session_burst,
+                            WEBSESS_R_SESSION_RATE};
+    struct websess *s = entry_new(t, sizeof *s, &a, now);
+    if (!s)
         return NULL;
-    }
-    if (bucket_take(&t->session_rate, t->l.session_rate, t->l.session_burst, now) != 0) {
-        atomic_fetch_sub(&t->g->sessions, 1);
-        refuse(t, WEBSESS_R_SESSION_RATE);
-        return NULL;
-    }
-    struct websess *s = calloc(1, sizeof *s);
-    if (!s || mint_token(s->token) != 0) {
-        free(s);
-        atomic_fetch_sub(&t->g->sessions, 1);
-        refuse(t, WEBSESS_R_RANDOM);
-        return NULL;
-    }
     s->mode = mode;
     s->user = b->user;
     s->last = now;
@@ -668,9 +687,7 @@ static struct websess *session_new(struct websess_table *t, struct boot *b,
     s->boot = b;
     b->spent = 1;
     b->sess = s;
-    size_t i = slot(t, s->token, t->smask);
-    s->next = t->sess[i];
-    t->sess[i] = s;
+    entry_insert(t, t->sess, t->smask, &s->e);
     t->nsess++;
     t->c.sessions++;
     *res = WEBSESS_OK;
@@ -705,13 +722,7 @@ enum websess_result websess_create(struct websess_table *t, const char *tok, siz
 
 struct websess *websess_find(struct websess_table *t, const char *tok, size_t n)
 {
-    if (n != WEBSESS_TOKEN_LEN)
-        return NULL;
-    struct websess *found = NULL;
-    for (struct websess *s = t->sess[slot(t, tok, t->smask)]; s; s = s->next)
-        if (crypto_memeq(s->token, tok, WEBSESS_TOKEN_LEN))
-            found = s;
-    return found;
+    return (struct websess *)entry_find(t, t->sess, t->smask, tok, n);
 }
 
 void websess_close(struct websess_table *t, struct websess *s)
@@ -726,11 +737,11 @@ void websess_table_free(struct websess_table *t)
         return;
     for (size_t i = 0; i <= t->smask; i++)
         while (t->sess[i])
-            session_end(t, t->sess[i]);
+            session_end(t, (struct websess *)t->sess[i]);
     for (size_t i = 0; i <= t->bmask; i++)
         while (t->boots[i]) {
-            struct boot *b = t->boots[i];
-            t->boots[i] = b->next;
+            struct boot *b = (struct boot *)t->boots[i];
+            t->boots[i] = b->e.next;
             boot_free(t, b);
         }
     free(t->sess);
@@ -742,9 +753,9 @@ struct websess_swept websess_sweep(struct websess_table *t, int64_t now)
 {
     struct websess_swept w = {0, 0};
     for (size_t i = 0; i <= t->smask; i++) {
-        struct websess *s = t->sess[i];
+        struct websess *s = (struct websess *)t->sess[i];
         while (s) {
-            struct websess *next = s->next;
+            struct websess *next = (struct websess *)s->e.next;
             if (now - s->last >= t->l.grace_ms) {
                 session_end(t, s);
                 w.sessions++;
@@ -765,8 +776,6 @@ size_t websess_bytes(const struct websess *s)
         n += queue_bytes(&s->streams[i].up);
     return n;
 }
-
-/* ---- the up direction ---- */
 
 /* The queue charge the DATA frames of a valid body[0..n) need. */
 static void up_need(const struct websess_table *t, const uint8_t *body, size_t n,
@@ -885,8 +894,6 @@ int websess_stream_written(struct websess_table *t, struct websess *s, uint32_t 
         window_down(t, s, st, (uint32_t)n);
     return 0;
 }
-
-/* ---- the down direction ---- */
 
 uint32_t websess_stream_credit(const struct websess *s, uint32_t stream)
 {

@@ -147,7 +147,11 @@ static void test_bootstrap(void **state)
 static void tune_boot(struct websess_limits *l)
 {
     l->bootstraps = 2;
-    l->bootstrap_burst = 3;
+}
+
+static void tune_boot_rate(struct websess_limits *l)
+{
+    l->bootstrap_burst = 1;
     l->bootstrap_rate = 60; /* one a second */
 }
 
@@ -161,12 +165,16 @@ static void test_bootstrap_full_and_rate(void **state)
     assert_int_equal(websess_bootstrap_mint(x->t, 0, 0, tok), WEBSESS_BUSY);
     assert_int_equal(tok[0], 0);
     assert_int_equal(refused(x, WEBSESS_R_BOOTSTRAPS), 1);
-    assert_int_equal(websess_bootstrap_mint(x->t, 0, 0, tok), WEBSESS_BUSY); /* burst spent */
-    assert_int_equal(refused(x, WEBSESS_R_BOOTSTRAP_RATE), 1);
-    /* Full entries make room by expiring old ones; the rate refills one a second. */
+    /* Full entries make room by expiring old ones. */
     assert_int_equal(websess_bootstrap_mint(x->t, 0, 120000, tok), WEBSESS_OK);
     assert_int_equal(websess_bootstrap_count(x->t), 1);
     assert_int_equal(websess_counters(x->t)->bootstraps, 3);
+    fixture_free(x);
+    x = fixture_new(tune_boot_rate);
+    assert_int_equal(websess_bootstrap_mint(x->t, 0, 0, tok), WEBSESS_OK);
+    assert_int_equal(websess_bootstrap_mint(x->t, 0, 999, tok), WEBSESS_BUSY);
+    assert_int_equal(refused(x, WEBSESS_R_BOOTSTRAP_RATE), 1);
+    assert_int_equal(websess_bootstrap_mint(x->t, 0, 1000, tok), WEBSESS_OK);
     fixture_free(x);
 }
 
