@@ -202,6 +202,17 @@ enabled_in() {
         \( -path '*.wants/*' -o -path '*.requires/*' \) 2>/dev/null | sed 's|.*/|systemd |'
     ls etc/rc2.d etc/rc3.d etc/rc4.d etc/rc5.d 2>/dev/null | sed -n 's/^S[0-9]*/sysv /p') | sort -u
 }
+# untouched_since ENABLED: after an install, nothing of the copy's runs, no service is enabled
+# beyond ENABLED (enabled_in before it), no policy-rc.d is left; says what is wrong otherwise.
+untouched_since() {
+    local bad=0 running new
+    running=$(for p in $(inside); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)
+    [ -z "$running" ] || { log "left running after the install: $running"; bad=1; }
+    new=$(enabled_in "$work" | grep -vxF -e "$1" -e '' || true)
+    [ -z "$new" ] || { log "enabled by the install: $(printf "%s\n" "$new" | tr "\n" " ")"; bad=1; }
+    [ ! -e "$work/usr/sbin/policy-rc.d" ] || { log "policy-rc.d left behind"; bad=1; }
+    return $bad
+}
 # owner FILE: the Debian package that ships FILE (merged /usr: as a link's target or without /usr).
 owner() {
     local r c
@@ -289,13 +300,8 @@ if [ "${1:-}" = test-install ]; then
         { tail -30 "$work/root/install.log" >&2; die "the test command's install failed"; }
     secs=$(($(date +%s) - s0))
     du1=$(du -sxm --exclude=var/cache/apt/archives --exclude=var/lib/apt/lists "$work" | cut -f1)
-    bad=0
-    running=$(for p in $(inside); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)
-    [ -z "$running" ] || { log "left running after the install: $running"; bad=1; }
-    new=$(enabled_in "$work" | grep -vxF -e "$enabled0" -e '' || true)
-    [ -z "$new" ] || { log "enabled by the install: $(printf "%s\n" "$new" | tr "\n" " ")"; bad=1; }
-    [ ! -e "$work/usr/sbin/policy-rc.d" ] || { log "policy-rc.d left behind"; bad=1; }
-    [ $bad = 0 ] || die "the README test command's install changes the machine beyond its packages"
+    untouched_since "$enabled0" ||
+        die "the README test command's install changes the machine beyond its packages"
     log "ok: installed the test list (no recommends) in ${secs} s (from downloaded packages)," \
         "$((du1 - du0)) MB on disk, no daemon started or enabled ($(($(date +%s) - t0)) s)"
     exit 0
@@ -343,14 +349,7 @@ if [ "${1:-}" = toolchains ] || [ "${1:-}" = orders ]; then
     du0=$(disk)
     timed "install the test list (.ci/apt-install-no-daemons)" logged "$l/install.log" in_netns \
         "cd /root/mtproxy && .ci/apt-install-no-daemons $list" || die "the test list does not install"
-    # As test-install checks: no daemon left running or enabled by it, no policy-rc.d left.
-    bad=0
-    running=$(for p in $(inside); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done)
-    [ -z "$running" ] || { log "left running after the install: $running"; bad=1; }
-    new=$(enabled_in "$work" | grep -vxF -e "$enabled0" -e '' || true)
-    [ -z "$new" ] || { log "enabled by the install: $(printf "%s\n" "$new" | tr "\n" " ")"; bad=1; }
-    [ ! -e "$work/usr/sbin/policy-rc.d" ] || { log "policy-rc.d left behind"; bad=1; }
-    [ $bad = 0 ] || die "the test list's install changes the machine beyond its packages"
+    untouched_since "$enabled0" || die "the test list's install changes the machine beyond its packages"
     log "ok: the test list installed: $(($(disk) - du0)) MB, no daemon started or enabled"
 
     if [ -n "$do_tools" ]; then
