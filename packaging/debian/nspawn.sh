@@ -7,7 +7,8 @@
 #
 # The tree: the debootstrapped Debian 12 of tests/fresh/run.sh (its cache is never changed) plus
 # systemd, systemd-sysv and dbus installed from Debian's packages with apt in a chroot, cached in
-# $MTPROXY_NSPAWN_CACHE (default /var/cache/mtproxy-ci/bookworm-systemd; made once per machine).
+# $MTPROXY_NSPAWN_CACHE (default /var/cache/mtproxy-ci/bookworm-systemd-KEY, KEY from the base
+# tree's key and the packages added; made once per machine and key).
 # Each run works on a copy: the package's dependencies are downloaded into its apt cache from the
 # host side first (the container has no network but its own loopback), then the copy is booted:
 #
@@ -35,7 +36,10 @@
 # shellcheck disable=SC2016,SC2013 # commands for the container in single quotes; pids a word each
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${MTPROXY_NSPAWN_CACHE:-/var/cache/mtproxy-ci/bookworm-systemd}
+# Keyed by content: the base tree's path (itself keyed) and the packages added to it.
+nspawn_adds='systemd systemd-sysv dbus'
+nspawn_key=$(printf '%s\n' "$("$root/tests/fresh/run.sh" base)" "$nspawn_adds" | sha256sum | cut -c1-16)
+cache=${MTPROXY_NSPAWN_CACHE:-/var/cache/mtproxy-ci/bookworm-systemd-$nspawn_key}
 t0=$(date +%s)
 ts=$t0
 log() { printf 'nspawn: %s\n' "$*" >&2; }
@@ -101,7 +105,7 @@ if [ ! -f "$cache/.mtproxy-nspawn-ok" ]; then
     # No daemon started in the chroot.
     printf '#!/bin/sh\nexit 101\n' >"$cache.tmp/usr/sbin/policy-rc.d"
     chmod 755 "$cache.tmp/usr/sbin/policy-rc.d"
-    chroot_net "$cache.tmp" 'apt-get update -qq; apt-get install -y -qq --no-install-recommends systemd systemd-sysv dbus' \
+    chroot_net "$cache.tmp" "apt-get update -qq; apt-get install -y -qq --no-install-recommends $nspawn_adds" \
         >"$cache.log" 2>&1 || { tail -20 "$cache.log" >&2; die "apt-get install systemd failed (log: $cache.log)"; }
     rm -f "$cache.tmp/usr/sbin/policy-rc.d" "$cache.tmp"/var/cache/apt/archives/*.deb
     # Each boot makes its own machine id.
@@ -109,6 +113,12 @@ if [ ! -f "$cache/.mtproxy-nspawn-ok" ]; then
     touch "$cache.tmp/.mtproxy-nspawn-ok"
     rm -rf "$cache"
     mv "$cache.tmp" "$cache"
+    if [ -z "${MTPROXY_NSPAWN_CACHE:-}" ]; then # the trees of older keys
+        for old in /var/cache/mtproxy-ci/bookworm-systemd /var/cache/mtproxy-ci/bookworm-systemd-*; do
+            case "$old" in "$cache" | "$cache".* | *.log) continue ;; esac
+            [ -d "$old" ] && rm -rf --one-file-system "$old"
+        done
+    fi
     step "the cached tree with systemd made"
 fi
 

@@ -30,9 +30,11 @@
 # copy's disk.
 #
 # The base tree (debootstrap --variant=minbase bookworm, from Debian's packages) is made once and
-# kept in $MTPROXY_FRESH_CACHE (default /var/cache/mtproxy-ci/bookworm-minbase): later stages of
-# the same CI run and later runs on the same machine reuse it. It is never changed: each run
-# works on a copy, so every run starts from the same fresh machine.
+# kept in $MTPROXY_FRESH_CACHE (default /var/cache/mtproxy-ci/bookworm-minbase-KEY, KEY a hash of
+# what makes it: the command, debootstrap's version and this machine's apt sources; a tree of an
+# older key is removed when a new one is made): later stages of the same CI run and later runs
+# on the same machine reuse it. It is never changed: each run works on a copy, so every run
+# starts from the same fresh machine.
 #
 # In the copy: a clean `git clone` of this checkout (its HEAD) into /root/mtproxy, the machine's
 # apt sources (what a new Debian 12 on this machine would have), then the README's run command,
@@ -49,7 +51,7 @@
 # shellcheck disable=SC2016,SC2015,SC2013,SC2012,SC2317 # commands for the chroot in single quotes; a && b || die; functions run by timed
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-base=${MTPROXY_FRESH_CACHE:-/var/cache/mtproxy-ci/bookworm-minbase}
+cache_dir=/var/cache/mtproxy-ci
 timeout_s=${MTPROXY_FRESH_TIMEOUT:-300}
 log() { printf 'fresh: %s\n' "$*" >&2; }
 die() {
@@ -65,11 +67,24 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 
 # ---- the base tree -----------------------------------------------------------------------
+# Keyed by content: what makes the tree (the command, debootstrap's version, this machine's apt
+# sources). Another key makes a new tree; the trees of older keys are removed once it is made.
+command -v debootstrap >/dev/null 2>&1 || apt-get install -y debootstrap >&2 ||
+    die "cannot install debootstrap"
+base_key=$({
+    echo 'debootstrap --variant=minbase bookworm'
+    dpkg-query -W -f '${Version}\n' debootstrap
+    # The binary archives' lines (not the deb-src lines packaging/musl/build.sh adds).
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        case "$f" in */mtproxy-*) continue ;; esac
+        [ -f "$f" ] && grep -hE '^(deb|URIs:|Suites:|Components:) ' "$f"
+    done
+    true
+} | sha256sum | cut -c1-16)
+base=${MTPROXY_FRESH_CACHE:-$cache_dir/bookworm-minbase-$base_key}
 make_base() {
     [ -x "$base/bin/sh" ] && [ -f "$base/.mtproxy-fresh-ok" ] && return 0
-    command -v debootstrap >/dev/null 2>&1 || apt-get install -y debootstrap >&2 ||
-        die "cannot install debootstrap"
-    log "debootstrap --variant=minbase bookworm into $base (once per machine)"
+    log "debootstrap --variant=minbase bookworm into $base (once per machine and key)"
     mkdir -p "$(dirname "$base")"
     rm -rf "$base.tmp"
     debootstrap --variant=minbase bookworm "$base.tmp" >"$base.log" 2>&1 ||
@@ -77,6 +92,14 @@ make_base() {
     touch "$base.tmp/.mtproxy-fresh-ok"
     rm -rf "$base"
     mv "$base.tmp" "$base"
+    if [ -z "${MTPROXY_FRESH_CACHE:-}" ]; then
+        local old
+        for old in "$cache_dir"/bookworm-minbase "$cache_dir"/bookworm-minbase-*; do
+            case "$old" in "$base" | "$base".* | *.log) continue ;; esac
+            [ -d "$old" ] && { log "removing the tree of an older key: $old"; rm -rf --one-file-system "$old"; }
+        done
+    fi
+    return 0
 }
 
 # ---- a copy of it, with /proc and /dev, torn down on exit ---------------------------------
