@@ -20,7 +20,7 @@ fail() {
     status=1
 }
 
-run=$(grep -A6 '^Install what building needs' "$root/README.md" | grep '^apt-get' | head -1)
+run=$(grep -A12 '^Install what building needs' "$root/README.md" | grep '^apt-get' | head -1)
 case "$run" in
 *'$(cat .ci/debian-packages-build)'*'./build/mtproxy'*) ;;
 *) fail "README.md's run command does not install \$(cat .ci/debian-packages-build): $run" ;;

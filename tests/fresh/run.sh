@@ -352,7 +352,7 @@ if [ "${1:-}" = toolchains ] || [ "${1:-}" = orders ]; then
             die "MTPROXY_FRESH_LIST: cannot read $MTPROXY_FRESH_LIST"
         log "the test list replaced by $MTPROXY_FRESH_LIST (a scratch list)"
     fi
-    run=$(readme_line '^Install what building needs' 6 '^apt-get')
+    run=$(readme_line '^Install what building needs' 12 '^apt-get')
     tst=$(readme_line 'Build and run all the tests' 30 '^apt-get')
     [ -n "$run" ] && [ -n "$tst" ] || die "README.md: no run or test command found"
     log "fresh tree ready ($(($(date +%s) - t0)) s, $(disk) MB)"
@@ -482,7 +482,7 @@ log "fresh tree ready ($(($(date +%s) - t0)) s)"
 git clone -q --no-local "$root" "$work/root/mtproxy"
 git -C "$work/root/mtproxy" log --oneline -1 >&2
 
-run=$(readme_line '^Install what building needs' 6 '^apt-get')
+run=$(readme_line '^Install what building needs' 12 '^apt-get')
 [ -n "$run" ] || die "README.md: no run command found"
 case "$run" in *'$(cat .ci/debian-packages-build)'*) ;; *) die "unexpected run command: $run" ;; esac
 log "run command: $run"
