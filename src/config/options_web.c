@@ -32,13 +32,7 @@ static int addr_private(const struct sock_addr *a)
 int options_validate_web(struct config_parser *p, struct options *o)
 {
     int before = p->errors.count;
-    struct config_errors *e = &p->errors;
-#define ERR(...)                                                                               \
-    do {                                                                                       \
-        if (e->count < CONFIG_MAX_ERRORS)                                                      \
-            snprintf(e->msg[e->count], CONFIG_ERR_LEN, __VA_ARGS__);                           \
-        e->count++;                                                                            \
-    } while (0)
+#define ERR(...) config_error(&p->errors, __VA_ARGS__)
     if (!o->web_on)
         return 0;
     char host[WEBCAP_HOST_MAX + 1];

@@ -303,18 +303,30 @@ static int api_session(struct webhttp *h, struct httpd_conn *c, const struct htt
     return 1;
 }
 
+/* The session an /up or /down names (its bearer), with its number header (X-Up-Seq or
+ * X-Down-Cursor) in *n and a body exactly when want_body; NULL if any of it is missing. */
+static struct websx *carrier_session(struct webhttp *h, const struct http_request *rq,
+                                     const uint8_t *buf, const char *name, int want_body,
+                                     uint64_t *n)
+{
+    struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
+    struct websx *x = s ? webstream_sx(h, s) : NULL;
+    if (!x || !rq->content_length != !want_body || header_number(buf, rq, name, n))
+        return NULL;
+    return x;
+}
+
 /* POST /api/v1/up: a batch of frames with X-Up-Seq. 1 if answered, 0 for the site. */
 static int api_up(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
                   const uint8_t *buf, const struct sock_addr *peer)
 {
     uint64_t seq;
-    struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
-    struct websx *x = s ? webstream_sx(h, s) : NULL;
-    if (!x || !rq->content_length || header_number(buf, rq, "x-up-seq", &seq))
+    struct websx *x = carrier_session(h, rq, buf, "x-up-seq", 1, &seq);
+    if (!x)
         return 0;
     x->peer = *peer;
     enum websess_result r =
-        websess_up(h->t, s, seq, buf + rq->consumed, rq->content_length, web_now());
+        websess_up(h->t, x->s, seq, buf + rq->consumed, rq->content_length, web_now());
     if (r == WEBSESS_BUSY) {
         busy(c);
         return 1;
@@ -334,9 +346,8 @@ static int api_down(struct webhttp *h, struct httpd_conn *c, const struct http_r
                     const uint8_t *buf, const struct sock_addr *peer)
 {
     uint64_t cursor;
-    struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
-    struct websx *x = s ? webstream_sx(h, s) : NULL;
-    if (!x || rq->content_length || header_number(buf, rq, "x-down-cursor", &cursor))
+    struct websx *x = carrier_session(h, rq, buf, "x-down-cursor", 0, &cursor);
+    if (!x)
         return 0;
     if (x->poll)
         webhttp_poll_answer(h, x, 1, 0);
