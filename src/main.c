@@ -22,6 +22,7 @@
 #include "core/sdnotify.h"
 #include "core/sock.h"
 #include "core/worker.h"
+#include "web/webhttp.h"
 #include "crypto/crypto.h"
 #include "proto/secret.h"
 #include "admin/api.h"
@@ -129,7 +130,7 @@ static void print_links(const struct options *o, uid_t owner)
     char host[256];
     int port = options_link_host(o, host, sizeof host);
     int tty = !o->daemonize && isatty(STDOUT_FILENO);
-    size_t cap = (size_t)o->nsecrets * 2200 + 1, n = 0;
+    size_t cap = (size_t)o->nsecrets * 4400 + 1, n = 0;
     char *text = malloc(cap);
     if (!text)
         return;
@@ -142,6 +143,10 @@ static void print_links(const struct options *o, uid_t owner)
             continue;
         n += (size_t)snprintf(text + n, cap - n, "secret %s: %s\nsecret %s: %s\n",
                               o->secrets[i].name, tg, o->secrets[i].name, https);
+        if (o->web_on && !secret_web_links(&o->secrets[i], o->web_host, tg, sizeof tg, https,
+                                           sizeof https)) /* WEB proxy mode */
+            n += (size_t)snprintf(text + n, cap - n, "secret %s: %s\nsecret %s: %s\n",
+                                  o->secrets[i].name, tg, o->secrets[i].name, https);
     }
     if (tty) {
         fputs(text, stdout);
@@ -328,6 +333,7 @@ struct app {
     struct proxy_worker *pws;
     struct metrics_shared mshared;
     struct metrics_server *msrv;
+    struct webhttp *web;       /* WEB proxy mode's server (on worker 0), or NULL */
     struct api_reloads api_rl; /* the management API waits on these for its reloads */
     struct lstore *lstore;     /* limits-store's flusher, or NULL */
     /* detach and run */
@@ -621,6 +627,24 @@ static int app_worker(struct app *a, int i)
     return APP_ON;
 }
 
+/* WEB proxy mode (web-listen): its server on worker 0's loop, so every request of a session
+ * meets the one table that holds it (routing tokens to workers comes later). */
+static int app_web(struct app *a)
+{
+    const struct options *opt = &a->g->opt;
+    char err[512], s[SOCK_ADDR_STRLEN];
+    int fd = sock_listen(&opt->web_addr, opt->backlog, 0, NULL, err, sizeof err);
+    if (fd < 0 || !(a->web = webhttp_new(&a->pws[0], fd, opt))) {
+        log_error("web-listen: %s", fd < 0 ? err : "out of memory");
+        return 1;
+    }
+    sock_addr_format(&opt->web_addr, s, sizeof s);
+    log_info("web: WEB proxy (https carrier) on http://%s/ for https://%s/, served by worker 0; "
+             "only plain and dd secrets are WEB secrets: ee secrets get no capability", s,
+             opt->web_host);
+    return APP_ON;
+}
+
 /* The workers, set up (their threads start after detaching), and the metrics server. */
 static int app_workers(struct app *a)
 {
@@ -650,7 +674,9 @@ static int app_workers(struct app *a)
         else if (msg[0])
             log_info("%s", msg);
     }
-    int rc = opt->metrics_on || opt->api_on ? app_metrics(a) : APP_ON;
+    int rc = opt->web_on ? app_web(a) : APP_ON;
+    if (rc == APP_ON && (opt->metrics_on || opt->api_on))
+        rc = app_metrics(a);
     if (rc == APP_ON)
         log_acl(&a->g->acl);
     return rc;
@@ -847,6 +873,7 @@ static void app_stop(struct app *a)
     }
     if (a->ran || !a->nstarted) { /* no thread still uses them */
         metrics_server_free(a->msrv);
+        webhttp_free(a->web);
         free(a->ws);
         free(a->pws);
         replay_free(a->replay);

@@ -199,7 +199,20 @@ struct options {
     unsigned prefix_grace_ms;  /* a rotated-away address keeps serving this long */
     struct in6_addr *user_addr; /* per secret index, that user's address (reload_build sets
                                  * it with listen-prefix; heap, options_free); else NULL */
+
+    /* WEB proxy mode (docs/web.md): plain HTTP/1.1 behind the operator's TLS terminator. */
+    int web_on;                  /* web-listen set */
+    struct sock_addr web_addr;
+    int web_public;              /* web-public: a public web-listen address is meant */
+    char web_host[256];          /* the host name the capabilities are derived for */
+    char web_root[OPT_PATH_MAX]; /* the ordinary site's files ("" = the built-in page) */
+    int web_carrier;             /* enum opt_web_carrier */
+    struct cidr web_trusted[OPT_MAX_ACL]; /* web-trusted-proxies */
+    int nweb_trusted;
 };
+
+/* web-carrier: the carrier every WEB session gets (X-Carrier-Mode; websess_mode's order). */
+enum opt_web_carrier { WEB_HTTPS = 0, WEB_HTTPS_LANES, WEB_WEBSOCKET, WEB_WEBSOCKET_LANES };
 
 /* The option table (options_table.c; also drives --help and the documented mtproxy.conf). */
 extern const struct config_option options_table[];
@@ -215,6 +228,10 @@ void options_free(struct options *o);
 /* Cross-key checks after all sources are applied (e.g. max-buffer >= block-size); adds
  * errors to p. Returns the number of errors added. */
 int options_validate(struct config_parser *p, struct options *o);
+
+/* The checks of the WEB keys (options_validate's part): web-host with web-listen, a carrier
+ * that is supported, a private address unless web-public. Returns the number of errors added. */
+int options_validate_web(struct config_parser *p, struct options *o);
 
 /* Resolves the socks5 server's host (blocking; start-up and --check-config only). Returns 0
  * (also when socks5 is unset), or -1 with err. */

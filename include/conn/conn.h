@@ -99,6 +99,10 @@ struct proxy_worker {
     int (*pipes)[2];
     int npipes, pipes_out, pipes_cap;
     int pipe_size;
+    /* A service on this worker's loop besides the proxy (the WEB listener on worker 0): it
+     * stops first when the worker stops (proxy_on_stop), in the worker's thread. */
+    void (*service_stop)(void *arg);
+    void *service;
     struct proxy_stats stats;
     struct ja4stat ja4stat;            /* hellos by JA4 (proxy/ja4stat.h), read by metrics */
 };

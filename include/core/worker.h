@@ -126,6 +126,12 @@ void worker_backoff_accept(struct worker *w, int err);
  * descriptor per accepted socket not yet released, plus one. Once per accepted socket. */
 void worker_reserve_release(struct worker *w);
 
+/* In the worker thread: a socket that did not come from a listener (an in-process stream's
+ * end) is about to be handed to the accept handler: holds a reserve descriptor for it as an
+ * accept does, which the handler gives back with worker_reserve_release. Returns 0, or -1
+ * (out of descriptors or memory: hand nothing over). */
+int worker_reserve_hold(struct worker *w);
+
 /* In the worker thread: out of descriptors for a socket that was accepted (another worker
  * took the one released for it): closes the spare reserve descriptor, if there is one, so a
  * retry may succeed; accepting then waits until the spare is back. Returns 0 if it closed

@@ -67,6 +67,11 @@ int http_pct_decode(const char *s, size_t n, char *out, size_t cap, int plus);
  * value) percent-decoded into out. 1 if there, 0 if not, -1 if malformed or too long. */
 int http_query_param(const char *query, size_t n, const char *key, char *out, size_t cap);
 
+/* Looks up header name (lower case) in the request head buf[0..n) that http_parse_request*
+ * accepted (n: its consumed). Returns how many times it occurs (0, 1, or 2 for two or more);
+ * when at least once, *v[0..*vn) is the first one's value, optional whitespace trimmed. */
+int http_header(const uint8_t *buf, size_t n, const char *name, const char **v, size_t *vn);
+
 /* 1 if a and b are equal strings, in time that depends only on their lengths. */
 int http_token_equal(const char *a, const char *b);
 

@@ -47,4 +47,10 @@ int secret_to_hex(const struct secret *s, char *out, size_t outlen);
 int secret_links(const struct secret *s, const char *host, int port, char *tg, size_t tglen,
                  char *https, size_t httpslen);
 
+/* The WEB proxy links (docs/web.md) of a plain or dd secret s for the DNS name host:
+ * tg://webproxy?server=HOST&secret=HEX and https://t.me/webproxy?... (no port: always 443).
+ * Returns 0, or -1 for an ee secret, an empty host or a buffer too small. */
+int secret_web_links(const struct secret *s, const char *host, char *tg, size_t tglen,
+                     char *https, size_t httpslen);
+
 #endif

@@ -49,6 +49,9 @@ int tools_links(const struct options *o, FILE *f, int qr)
             continue;
         }
         fprintf(f, "user %s:\n  %s\n  %s\n", o->secrets[i].name, tg, https);
+        if (o->web_on && !secret_web_links(&o->secrets[i], o->web_host, tg, sizeof tg, https,
+                                           sizeof https))
+            fprintf(f, "  %s\n  %s\n", tg, https); /* WEB proxy (web-listen) */
         if (qr && qr_available()) {
             fputc('\n', f);
             qr_terminal(https, f);

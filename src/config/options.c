@@ -109,6 +109,7 @@ int options_validate(struct config_parser *p, struct options *o)
         ERR("api is set but api-token is %s: the API can add users, so every request must "
             "carry a token of at least 16 characters, on any address",
             o->api_token[0] ? "shorter than 16 characters" : "not set");
+    options_validate_web(p, o);
     if (o->only_ipv4 && o->prefer_ipv6)
         ERR("only-ipv4 and prefer-ipv6 contradict each other");
     if (o->buffer_memory && o->buffer_memory < 2 * o->block_size)

@@ -333,6 +333,19 @@ static int parse_api(void *conf, const char *v, char *err, size_t errlen)
     return parse_listener(v, &o->api_on, &o->api_addr, err, errlen);
 }
 
+/* web-listen = ADDR:PORT|off; web-trusted-proxies = CIDR (repeated). */
+static int parse_web(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    return parse_listener(v, &o->web_on, &o->web_addr, err, errlen);
+}
+static int parse_web_trusted(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    return add_cidr(o->web_trusted, &o->nweb_trusted, v, err, errlen);
+}
+static void reset_web_trusted(void *conf) { ((struct options *)conf)->nweb_trusted = 0; }
+
 static void reset_allow(void *conf) { ((struct options *)conf)->nallow = 0; }
 static void reset_deny(void *conf) { ((struct options *)conf)->ndeny = 0; }
 static void reset_allow_file(void *conf) { ((struct options *)conf)->nallow_files = 0; }
@@ -347,6 +360,8 @@ static const char *const fail_modes[] = {"open", "closed", NULL};
 static const char *const sni_policies[] = {"mask", "drop", "reject", NULL};
 static const char *const rst_modes[] = {"off", "probes", "always", NULL};
 static const char *const removed_modes[] = {"close", "drain", NULL};
+static const char *const web_carriers[] = {"https", "https-lanes", "websocket",
+                                           "websocket-lanes", NULL};
 
 /* clang-format off */
 const struct config_option options_table[] = {
@@ -699,6 +714,37 @@ const struct config_option options_table[] = {
      .arg = "STRING", .help = "The token every API request must carry (Authorization: Bearer "
      "STRING); not the metrics token. Whoever holds it can add users: treat it like a secret "
      "(at least 16 characters)."},
+    {.name = "web-listen", .type = CFG_CUSTOM, .arg = "ADDR:PORT|off", .def = "off",
+     .parse = parse_web,
+     .help = "WEB proxy mode (tg://webproxy; docs/web.md): serve the WEB carrier and an "
+             "ordinary website as plain HTTP/1.1 on this address, for the TLS terminator "
+             "(nginx, Caddy, a CDN) in front that answers https://web-host/ on port 443. Only "
+             "plain and dd secrets are WEB secrets (ee ones get no capability). Served by "
+             "worker 0's event loop for now. A loopback or private address unless "
+             "web-public = on."},
+    {.name = "web-host", .type = CFG_STRING, .offset = OFF(web_host), .str_size = 256,
+     .arg = "HOST", .help = "The public DNS name the WEB links and bridge capabilities are "
+     "made for (what the app puts in https://HOST/?bridge=...); requests with another Host "
+     "get the ordinary site. Required with web-listen."},
+    {.name = "web-root", .type = CFG_STRING, .offset = OFF(web_root), .str_size = OPT_PATH_MAX,
+     .arg = "DIR", .help = "The ordinary website's files (index.html for a directory, 404.html "
+     "for a missing page), served to everyone who is not a WEB client, and to every request "
+     "the carrier refuses. Empty: a small built-in page."},
+    {.name = "web-carrier", .type = CFG_ENUM, .offset = OFF(web_carrier), .def = "https",
+     .names = web_carriers, .arg = "https|https-lanes|websocket|websocket-lanes",
+     .help = "The carrier WEB sessions get (X-Carrier-Mode): https = HTTP long poll (POST "
+     "/api/v1/up and /api/v1/down). The other three are not supported yet (refused at "
+     "start)."},
+    {.name = "web-trusted-proxies", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
+     .parse = parse_web_trusted, .reset = reset_web_trusted,
+     .help = "The TLS terminators in front of web-listen: a request whose TCP peer is in one "
+     "of these has its client address taken from the last hop of X-Forwarded-For (for "
+     "allow/deny, per-IP limits and logs); from any other peer the header is ignored. "
+     "Repeat for several."},
+    {.name = "web-public", .type = CFG_BOOL, .offset = OFF(web_public), .def = "off",
+     .arg = "on|off", .help = "Allow a web-listen address that is neither loopback nor "
+     "private (refused at start otherwise): browsers would then reach the carrier in plain "
+     "HTTP, without the TLS terminator."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},

@@ -349,7 +349,8 @@ static const char *const restart_keys[] = {
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
     "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max", "metrics",
-    "listen-prefix", "api",
+    "listen-prefix", "api", "web-listen", "web-host", "web-root", "web-carrier",
+    "web-trusted-proxies", "web-public",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own
@@ -424,6 +425,21 @@ static int keep_old(const struct options *a, struct options *b, const char *key)
         b->prefix = a->prefix;
         b->prefix_len = a->prefix_len;
         b->prefix_port = a->prefix_port;
+        return 1;
+    }
+    if (!strcmp(key, "web-listen")) { /* bound at start, on worker 0 */
+        if (a->web_on == b->web_on && !memcmp(&a->web_addr, &b->web_addr, sizeof a->web_addr))
+            return 0;
+        b->web_on = a->web_on;
+        b->web_addr = a->web_addr;
+        return 1;
+    }
+    if (!strcmp(key, "web-trusted-proxies")) { /* copied by the WEB server at start */
+        if (a->nweb_trusted == b->nweb_trusted &&
+            !memcmp(a->web_trusted, b->web_trusted, sizeof a->web_trusted))
+            return 0;
+        memcpy(b->web_trusted, a->web_trusted, sizeof a->web_trusted);
+        b->nweb_trusted = a->nweb_trusted;
         return 1;
     }
     if (!strcmp(key, "replay-store")) {

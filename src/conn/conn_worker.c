@@ -191,6 +191,8 @@ void proxy_worker_post_gen(struct proxy_worker *pw, struct gen *g)
 void proxy_on_stop(struct worker *w)
 {
     struct proxy_worker *pw = w->ctx;
+    if (pw->service_stop)
+        pw->service_stop(pw->service);
     dcpool_stop(&pw->dcpool);
     rstore_stop(&pw->rstore);
     relay_stop(pw);

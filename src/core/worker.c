@@ -303,6 +303,14 @@ void worker_reserve_release(struct worker *w)
     close(w->reserve[--w->nreserve]);
 }
 
+int worker_reserve_hold(struct worker *w)
+{
+    if (reserve_fill(w))
+        return -1;
+    w->reserve_owed++;
+    return 0;
+}
+
 int worker_reserve_spend(struct worker *w)
 {
     if (w->nreserve <= w->reserve_owed)

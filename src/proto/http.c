@@ -271,6 +271,29 @@ enum http_status http_parse_request_body(const uint8_t *buf, size_t len, size_t 
     return HTTP_NEED_MORE;
 }
 
+int http_header(const uint8_t *buf, size_t n, const char *name, const char **v, size_t *vn)
+{
+    int found = 0;
+    const uint8_t *end = buf + n, *l = memchr(buf, '\n', n); /* past the request line */
+    while (l && ++l < end) {
+        const uint8_t *e = memchr(l, '\n', (size_t)(end - l));
+        if (!e || e - l < 2)
+            break;
+        const uint8_t *c = memchr(l, ':', (size_t)(e - l));
+        if (c && ieq(l, (size_t)(c - l), name) && found++ == 0) {
+            const uint8_t *vs = c + 1, *ve = e - 1; /* before the CR */
+            while (vs < ve && (*vs == ' ' || *vs == '\t'))
+                vs++;
+            while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            *v = (const char *)vs;
+            *vn = (size_t)(ve - vs);
+        }
+        l = e;
+    }
+    return found > 2 ? 2 : found;
+}
+
 int http_token_equal(const char *a, const char *b)
 {
     size_t na = strlen(a), nb = strlen(b);

@@ -407,8 +407,10 @@ static int link_write(char *out, size_t outlen, const char *prefix, const char *
     link_puts(&b, prefix);
     link_puts(&b, "?server=");
     link_put_host(&b, host, hostlen);
-    link_puts(&b, "&port=");
-    link_puts(&b, portbuf);
+    if (port) { /* WEB links have none: always 443 */
+        link_puts(&b, "&port=");
+        link_puts(&b, portbuf);
+    }
     link_puts(&b, "&secret=");
     link_puts(&b, hex);
     out[b.len] = '\0';
@@ -434,6 +436,17 @@ int secret_links(const struct secret *s, const char *host, int port, char *tg, s
     if (link_write(tg, tglen, "tg://proxy", host, hostlen, port, hex) != 0)
         return -1;
     if (link_write(https, httpslen, "https://t.me/proxy", host, hostlen, port, hex) != 0)
+        return -1;
+    return 0;
+}
+
+int secret_web_links(const struct secret *s, const char *host, char *tg, size_t tglen,
+                     char *https, size_t httpslen) {
+    char hex[SECRET_HEX_MAX];
+    if (!host || !*host || s->kind == SECRET_EE || secret_to_hex(s, hex, sizeof(hex)) < 0)
+        return -1;
+    if (link_write(tg, tglen, "tg://webproxy", host, strlen(host), 0, hex) != 0 ||
+        link_write(https, httpslen, "https://t.me/webproxy", host, strlen(host), 0, hex) != 0)
         return -1;
     return 0;
 }

@@ -376,6 +376,51 @@ static void test_api_needs_a_token(void **state) {
     assert_false(O.api_on);
 }
 
+static void test_web_keys(void **state) {
+    (void)state;
+    assert_int_equal(set("web-listen", "127.0.0.1:8080"), 0);
+    assert_int_equal(options_validate(&P, &O), 1);
+    assert_true(has_error("web-listen needs web-host"));
+    P.errors.count = 0;
+    assert_int_equal(set("web-host", "127.0.0.1"), 0);
+    assert_int_equal(options_validate(&P, &O), 1);
+    assert_true(has_error("is not a DNS name"));
+    P.errors.count = 0;
+    assert_int_equal(set("web-host", "Proxy.Example.com."), 0);
+    assert_int_equal(set("web-trusted-proxies", "10.0.0.0/8"), 0);
+    assert_int_equal(set("web-trusted-proxies", "::1"), 0);
+    assert_int_equal(O.nweb_trusted, 2);
+    assert_int_equal(options_validate(&P, &O), 0);
+    const char *const later[] = {"https-lanes", "websocket", "websocket-lanes"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(set("web-carrier", later[i]), 0);
+        assert_int_equal(options_validate(&P, &O), 1);
+        assert_true(has_error(later[i]) && has_error("not supported yet"));
+        P.errors.count = 0;
+    }
+    assert_int_equal(set("web-carrier", "https"), 0);
+    assert_int_not_equal(set("web-carrier", "quic"), 0);
+    P.errors.count = 0;
+    const char *const private[] = {"10.1.2.3:80", "172.16.0.1:80", "192.168.1.1:80",
+                                   "[fd00::1]:80", "[::1]:80", "[::ffff:10.0.0.1]:80"};
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(set("web-listen", private[i]), 0);
+        assert_int_equal(options_validate(&P, &O), 0);
+    }
+    const char *const public[] = {"0.0.0.0:80", "8.8.8.8:80", "172.32.0.1:80", "[::]:80",
+                                  "[2001:db8::1]:80"};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(set("web-listen", public[i]), 0);
+        assert_int_equal(options_validate(&P, &O), 1);
+        assert_true(has_error("neither a loopback nor a private address"));
+        P.errors.count = 0;
+    }
+    assert_int_equal(set("web-public", "on"), 0);
+    assert_int_equal(options_validate(&P, &O), 0);
+    assert_int_equal(set("web-listen", "off"), 0);
+    assert_false(O.web_on);
+}
+
 static void test_state_round_trip(void **state) {
     (void)state;
     char path[128], err[256] = "";
@@ -468,6 +513,7 @@ int main(void) {
         cmocka_unit_test_setup(test_daemonize_needs_a_log, setup),
         cmocka_unit_test_setup(test_users_file_lines, setup),
         cmocka_unit_test_setup(test_api_needs_a_token, setup),
+        cmocka_unit_test_setup(test_web_keys, setup),
         cmocka_unit_test_setup_teardown(test_state_round_trip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_state_bad_files, setup_dir, teardown_dir),
     };

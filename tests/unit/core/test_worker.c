@@ -120,6 +120,23 @@ static void test_reserve_per_accepted_socket_plus_spare(void **state) {
     assert_int_equal(fds_used(1024), before);
 }
 
+/* A socket handed over without a listener holds a reserve descriptor as an accept does. */
+static void test_reserve_hold(void **state) {
+    (void)state;
+    struct worker w;
+    struct sock_addr addr;
+    worker_setup(&w, &addr);
+    assert_int_equal(worker_reserve_hold(&w), 0);
+    assert_int_equal(worker_reserve_hold(&w), 0);
+    assert_int_equal(w.reserve_owed, 2);
+    assert_int_equal(w.nreserve, 2); /* the two held; the spare is made at the next accept */
+    worker_reserve_release(&w);
+    worker_reserve_release(&w);
+    assert_int_equal(w.reserve_owed, 0);
+    assert_int_equal(w.nreserve, 0);
+    worker_join(&w);
+}
+
 /* At RLIMIT_NOFILE, accept takes the last free descriptor: the accepted socket can still open
  * its second one (the released reserve), and the worker accepts no more until it can hold a
  * reserve descriptor again; then it resumes on its retry timer. */
@@ -183,6 +200,7 @@ static void test_spend_takes_only_the_spare(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_per_accepted_socket_plus_spare),
+        cmocka_unit_test(test_reserve_hold),
         cmocka_unit_test(test_at_the_limit_accepts_only_what_it_can_serve),
         cmocka_unit_test(test_spend_takes_only_the_spare),
     };

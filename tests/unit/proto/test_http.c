@@ -200,13 +200,33 @@ static void test_body(void **state)
     assert_int_equal(r.code, 405);
 }
 
+static void test_header(void **state)
+{
+    struct http_request r;
+    const char *req = "POST /up HTTP/1.1\r\nX-Up-Seq:  12 \r\nx-a: 1\r\nX-A: 2\r\n"
+                      "X-Empty:\r\n\r\n";
+    assert_int_equal(parse_body(req, 64, &r), HTTP_OK);
+    const char *v = NULL;
+    size_t vn = 0;
+    assert_int_equal(http_header((const uint8_t *)req, r.consumed, "x-up-seq", &v, &vn), 1);
+    assert_int_equal(vn, 2);
+    assert_memory_equal(v, "12", 2);
+    assert_int_equal(http_header((const uint8_t *)req, r.consumed, "x-a", &v, &vn), 2);
+    assert_memory_equal(v, "1", 1);
+    assert_int_equal(http_header((const uint8_t *)req, r.consumed, "x-empty", &v, &vn), 1);
+    assert_int_equal(vn, 0);
+    assert_int_equal(http_header((const uint8_t *)req, r.consumed, "x-up", &v, &vn), 0);
+    assert_int_equal(http_header((const uint8_t *)req, r.consumed, "post /up http/1.1", &v,
+                                 &vn), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get),    cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_bad),    cmocka_unit_test(test_limits),
         cmocka_unit_test(test_split),  cmocka_unit_test(test_host),
-        cmocka_unit_test(test_body),
+        cmocka_unit_test(test_body),   cmocka_unit_test(test_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

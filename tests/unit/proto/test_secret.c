@@ -321,6 +321,22 @@ static void test_links(void **state) {
     assert_string_equal(tg, "tg://proxy?server=a%26b%20c%25&port=443&secret=" KEY_HEX);
 }
 
+static void test_web_links(void **state) {
+    struct secret s;
+    char err[256], tg[600], https[600];
+    assert_int_equal(secret_parse(NULL, "dd" KEY_HEX, &s, err, sizeof(err)), 0);
+    assert_int_equal(secret_web_links(&s, "proxy.example.org", tg, sizeof tg, https, sizeof https),
+                     0);
+    assert_string_equal(tg, "tg://webproxy?server=proxy.example.org&secret=dd" KEY_HEX);
+    assert_string_equal(https, "https://t.me/webproxy?server=proxy.example.org&secret=dd" KEY_HEX);
+    assert_int_equal(secret_parse(NULL, KEY_HEX, &s, err, sizeof(err)), 0);
+    assert_int_equal(secret_web_links(&s, "p.example", tg, sizeof tg, https, sizeof https), 0);
+    assert_string_equal(tg, "tg://webproxy?server=p.example&secret=" KEY_HEX);
+    assert_int_equal(secret_web_links(&s, "", tg, sizeof tg, https, sizeof https), -1);
+    assert_int_equal(secret_parse(NULL, EE_HEX, &s, err, sizeof(err)), 0);
+    assert_int_equal(secret_web_links(&s, "p.example", tg, sizeof tg, https, sizeof https), -1);
+}
+
 static void test_links_errors(void **state) {
     struct secret s;
     char err[256], tg[200], https[200];
@@ -354,7 +370,7 @@ int main(void) {
         cmocka_unit_test(test_error_buffer_small),
         cmocka_unit_test(test_hex_round_trip),
         cmocka_unit_test(test_links),
-        cmocka_unit_test(test_links_errors),
+        cmocka_unit_test(test_web_links), cmocka_unit_test(test_links_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,102 @@
+/* webint.h: the WEB server's internals shared by webhttp.c, webstream.c and website.c. */
+#ifndef MTPROXY_WEB_WEBINT_H
+#define MTPROXY_WEB_WEBINT_H
+
+#include <ev.h>
+#include <stdint.h>
+
+#include "config/options.h"
+#include "core/cidr.h"
+#include "core/sock.h"
+#include "http/httpd.h"
+#include "proto/webcap.h"
+#include "proto/webframe.h"
+#include "web/websess.h"
+
+#define WEB_MAX_CONNS 512      /* HTTP connections at once */
+#define WEB_MAX_PER_SOURCE 64  /* from one address (not counted behind a trusted terminator) */
+#define WEB_READ_TIMEOUT 15.0  /* seconds for a whole request */
+#define WEB_MAX_HEADERS 64
+#define WEB_CREATE_MAX 64      /* the create body (one HELLO) */
+#define WEB_CLOSED_TOKENS 64   /* tokens DELETE still answers 204 for */
+#define WEB_SITE_MAX (4u << 20) /* a web-root file served, at most */
+
+struct webstream;
+
+/* One live session's carrier state beside the table's (found by the session's pointer). */
+struct websx {
+    struct websess *s;
+    struct sock_addr peer;     /* the client's address (its last request) */
+    struct webstream *streams; /* its streams' sockets */
+    struct httpd_conn *poll;   /* a held /down, or NULL */
+    uint64_t cursor;           /* the held /down's cursor (for its 204) */
+    int ready;                 /* frames wait: answer the held /down before the loop sleeps */
+    struct websx *next;        /* hash chain */
+};
+
+struct webhttp {
+    struct proxy_worker *pw;
+    struct ev_loop *loop;
+    int lfd;
+    ev_io lio;
+    ev_timer retry;  /* accepting again after running out of descriptors */
+    ev_timer sweep;  /* once a second: websess_sweep */
+    ev_prepare kick; /* held polls whose session has frames: answered before the loop sleeps */
+    int stopped;
+    struct websess_limits lim;
+    struct websess_shared shared;
+    struct websess_table *t;
+    char host[WEBCAP_HOST_MAX + 1];
+    char root[OPT_PATH_MAX];
+    struct cidr_set trusted;
+    const void *capgen;              /* the generation the capabilities are of */
+    uint64_t capserial;
+    char (*caps)[WEBCAP_LEN + 1];    /* two per plain/dd secret: its 16 bytes, dd + 16 */
+    int *capuser;                    /* the secret index of each */
+    size_t ncaps;
+    struct websx **sx;               /* sessions by pointer */
+    size_t sxmask;
+    char closed[WEB_CLOSED_TOKENS][WEBSESS_TOKEN_LEN + 1];
+    int64_t closed_at[WEB_CLOSED_TOKENS];
+    unsigned closed_head;
+    uint8_t rbuf[WEBFRAME_DATA_CHUNK]; /* a stream's socket read */
+    struct httpd_conn conns[WEB_MAX_CONNS];
+    struct websx *held[WEB_MAX_CONNS]; /* per slot: the session whose /down it holds */
+};
+
+/* The table's clock: milliseconds, monotonic. */
+int64_t web_now(void);
+
+/* Sets c's response: status code, then extra header lines (each ending CRLF; "" for none), the
+ * body (a reference handed over; NULL: none) of type, head only if head_only. No-store always. */
+void web_respond(struct httpd_conn *c, int code, const char *extra, const char *type,
+                 struct httpd_body *body, int head_only);
+
+/* website.c: sets c's response to the ordinary site's answer to method and path (what any
+ * visitor gets for them: a file of root or the built-in page, else the 404 page). */
+void website_answer(const struct webhttp *h, struct httpd_conn *c, int method, const char *path);
+
+/* webstream.c: the session hooks the table calls, with h as their ctx (on_end excepted: the
+ * server's own, which answers a held /down, then calls webstream_end). */
+void webstream_hooks(struct webhttp *h, struct websess_hooks *out);
+
+/* The session s ends: its streams' sockets close (their connections end) and its carrier
+ * state goes (x->poll must have been answered). */
+void webstream_end(struct webhttp *h, struct websess *s);
+
+/* The carrier state of s, or NULL. */
+struct websx *webstream_sx(const struct webhttp *h, const struct websess *s);
+
+/* A carrier state for the new session s from peer. NULL if out of memory. */
+struct websx *webstream_sx_new(struct webhttp *h, struct websess *s,
+                               const struct sock_addr *peer);
+
+/* After a /down took frames or acknowledged a batch: the session's streams that stopped
+ * reading for want of credit or queue room read again. */
+void webstream_resume(struct webhttp *h, struct websx *x);
+
+/* webhttp.c: answers x's held /down now (a batch if frames wait, else 204 if timeout, else
+ * keeps holding), or with the site's 404 if the session is gone (gone set). */
+void webhttp_poll_answer(struct webhttp *h, struct websx *x, int timeout, int gone);
+
+#endif

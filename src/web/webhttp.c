@@ -1,0 +1,612 @@
+/* webhttp.c: the WEB server on one worker's loop: connections, routing, the https carrier. */
+#include "web/webhttp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "config/reload.h"
+#include "conn/conn.h"
+#include "web/webint.h"
+#include "web/webpage.h"
+
+static const struct httpd_limits web_limits = {
+    .write_idle = 10.0,
+    .linger_timeout = 2.0,
+    .linger_max = 64 << 10,
+    .send_chunk = 256 << 10,
+};
+
+int64_t web_now(void)
+{
+    return (int64_t)(httpd_clock(CLOCK_MONOTONIC) * 1000.0);
+}
+
+static void busy(struct httpd_conn *c)
+{
+    web_respond(c, 503, "Retry-After: 1\r\n", "text/plain; charset=utf-8", NULL, 0);
+}
+
+static int slot_of(const struct webhttp *h, const struct httpd_conn *c)
+{
+    return (int)(c - h->conns);
+}
+
+/* Closes c (a held /down it had is let go). */
+static void hconn_close(struct webhttp *h, struct httpd_conn *c)
+{
+    struct websx *x = h->held[slot_of(h, c)];
+    if (x) {
+        x->poll = NULL;
+        x->ready = 0;
+        h->held[slot_of(h, c)] = NULL;
+    }
+    c->pinned = 0;
+    httpd_conn_close(c);
+}
+
+static void hconn_send(struct webhttp *h, struct httpd_conn *c)
+{
+    if (httpd_conn_send(c, &web_limits))
+        hconn_close(h, c);
+}
+
+/* Lets go of x's held /down (its connection now answers). */
+static struct httpd_conn *poll_release(struct webhttp *h, struct websx *x)
+{
+    struct httpd_conn *c = x->poll;
+    h->held[slot_of(h, c)] = NULL;
+    c->pinned = 0;
+    x->poll = NULL;
+    x->ready = 0;
+    return c;
+}
+
+/* Runs x's held /down: a batch if frames wait (200), else it goes on holding. */
+static void poll_run(struct webhttp *h, struct websx *x)
+{
+    const uint8_t *p;
+    size_t n;
+    uint64_t next;
+    x->ready = 0;
+    enum websess_result r = websess_down(h->t, x->s, x->cursor, web_now(), &p, &n, &next);
+    if (r == WEBSESS_FATAL)
+        return; /* the session ended: on_session_end answered the poll */
+    if (r == WEBSESS_WAIT) {
+        x->cursor = next;
+        webstream_resume(h, x);
+        return;
+    }
+    char *copy = malloc(n ? n : 1);
+    struct httpd_body *b = copy ? httpd_body_new(copy, n, 1) : NULL;
+    struct httpd_conn *c = poll_release(h, x);
+    if (!b) {
+        free(copy);
+        busy(c); /* the batch stays issued: the client's retry names the same cursor */
+    } else {
+        memcpy(copy, p, n);
+        char extra[64];
+        snprintf(extra, sizeof extra, "X-Down-Cursor: %llu\r\n", (unsigned long long)next);
+        web_respond(c, 200, extra, "application/octet-stream", b, 0);
+    }
+    webstream_resume(h, x);
+    hconn_send(h, c);
+}
+
+void webhttp_poll_answer(struct webhttp *h, struct websx *x, int timeout, int gone)
+{
+    if (!gone && !timeout) {
+        poll_run(h, x);
+        return;
+    }
+    uint64_t cursor = x->cursor;
+    struct httpd_conn *c = poll_release(h, x);
+    if (gone) {
+        website_answer(h, c, HTTP_POST, "/api/v1/down");
+    } else {
+        char extra[64];
+        snprintf(extra, sizeof extra, "X-Down-Cursor: %llu\r\n", (unsigned long long)cursor);
+        web_respond(c, 204, extra, "", NULL, 0);
+    }
+    hconn_send(h, c);
+}
+
+/* Before the loop sleeps: held polls whose sessions have frames get them. */
+static void on_kick(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+    struct webhttp *h = p->data;
+    ev_prepare_stop(loop, p);
+    for (int i = 0; i < WEB_MAX_CONNS; i++)
+        if (h->held[i] && h->held[i]->ready)
+            poll_run(h, h->held[i]);
+}
+
+/* The capabilities of the generation worker 0 serves now: two per plain or dd secret (its 16
+ * bytes, and dd + them), each for its secret index. Kept when out of memory. */
+static void caps_refresh(struct webhttp *h)
+{
+    const struct gen *g = h->pw->gen;
+    if ((const void *)g == h->capgen && g->serial == h->capserial)
+        return;
+    const struct options *o = &g->opt;
+    size_t max = 2 * (size_t)o->nsecrets + 1, n = 0;
+    char(*caps)[WEBCAP_LEN + 1] = calloc(max, sizeof *caps);
+    int *users = calloc(max, sizeof *users);
+    if (!caps || !users) {
+        free(caps);
+        free(users);
+        return;
+    }
+    for (int i = 0; i < o->nsecrets; i++) {
+        if (o->secrets[i].kind == SECRET_EE)
+            continue;
+        uint8_t k[1 + SECRET_KEY_LEN] = {0xdd};
+        memcpy(k + 1, o->secrets[i].key, SECRET_KEY_LEN);
+        if (!webcap_derive(k + 1, SECRET_KEY_LEN, h->host, caps[n]))
+            users[n++] = i;
+        if (!webcap_derive(k, sizeof k, h->host, caps[n]))
+            users[n++] = i;
+    }
+    free(h->caps);
+    free(h->capuser);
+    h->caps = caps;
+    h->capuser = users;
+    h->ncaps = n;
+    h->capgen = g;
+    h->capserial = g->serial;
+}
+
+/* The query of the request line in buf (after '?', up to the space) into q[0..cap) if it
+ * fits (q may be NULL). Returns its length plus one if there is a '?', else 0. */
+static size_t query_of(const uint8_t *buf, const struct http_request *rq, char *q, size_t cap)
+{
+    const uint8_t *end = buf + rq->consumed, *sp = memchr(buf, ' ', rq->consumed);
+    const uint8_t *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(end - sp - 1)) : NULL;
+    const uint8_t *qm = sp2 ? memchr(sp + 1, '?', (size_t)(sp2 - sp - 1)) : NULL;
+    if (!qm)
+        return 0;
+    size_t n = (size_t)(sp2 - qm - 1);
+    if (q && cap)
+        snprintf(q, cap, "%.*s", (int)(n < cap ? n : cap - 1), (const char *)qm + 1);
+    return n + 1;
+}
+
+/* GET /?bridge=CAP with a capability of ours: a bootstrap for its user, in the bridge page.
+ * 1 if answered, 0 for the site. */
+static int serve_bridge(struct webhttp *h, struct httpd_conn *c, const uint8_t *buf,
+                        const struct http_request *rq)
+{
+    char q[128], tok[WEBSESS_TOKEN_LEN + 1], csp[WEBPAGE_CSP_MAX], extra[WEBPAGE_CSP_MAX + 40];
+    if (query_of(buf, rq, q, sizeof q) != 8 + WEBCAP_LEN || strncmp(q, "bridge=", 7))
+        return 0;
+    caps_refresh(h);
+    int i = webcap_find(q + 7, WEBCAP_LEN, (const char(*)[WEBCAP_LEN + 1])h->caps, h->ncaps);
+    if (i < 0 || websess_bootstrap_mint(h->t, h->capuser[i], web_now(), tok) != WEBSESS_OK)
+        return 0;
+    struct sbuf out = {.max = 1 << 20};
+    struct httpd_body *b = NULL;
+    if (webpage_render(tok, WEBSESS_HTTPS, &out, csp) == 0)
+        b = httpd_body_of(&out);
+    else
+        sbuf_free(&out);
+    if (!b)
+        return 0;
+    snprintf(extra, sizeof extra, "Content-Security-Policy: %s\r\n", csp);
+    web_respond(c, 200, extra, "text/html; charset=utf-8", b, rq->method == HTTP_HEAD);
+    return 1;
+}
+
+/* The request's client: behind a trusted terminator the last hop of X-Forwarded-For, else the
+ * TCP peer (port 0: the WEB client's port is not known). */
+static void client_addr(const struct webhttp *h, const struct httpd_conn *c,
+                        const uint8_t *buf, const struct http_request *rq, struct sock_addr *a)
+{
+    memset(a, 0, sizeof *a);
+    a->u.in6.sin6_family = AF_INET6;
+    memcpy(&a->u.in6.sin6_addr, c->src, 16);
+    a->len = sizeof a->u.in6;
+    const char *v;
+    size_t vn;
+    char ip[INET6_ADDRSTRLEN];
+    if (cidr_set_contains(&h->trusted, &a->u.sa) &&
+        http_header(buf, rq->consumed, "x-forwarded-for", &v, &vn) == 1) {
+        const char *comma = memrchr(v, ',', vn), *s = comma ? comma + 1 : v;
+        while (s < v + vn && *s == ' ')
+            s++;
+        size_t n = (size_t)(v + vn - s);
+        if (n < sizeof ip) {
+            memcpy(ip, s, n);
+            ip[n] = 0;
+            struct in_addr a4;
+            if (inet_pton(AF_INET, ip, &a4) == 1) {
+                memset(a->u.in6.sin6_addr.s6_addr, 0, 10);
+                memset(a->u.in6.sin6_addr.s6_addr + 10, 0xff, 2);
+                memcpy(a->u.in6.sin6_addr.s6_addr + 12, &a4, 4);
+            } else {
+                inet_pton(AF_INET6, ip, &a->u.in6.sin6_addr); /* unchanged if not one */
+            }
+        }
+    }
+    const uint8_t *b = a->u.in6.sin6_addr.s6_addr;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (!memcmp(b, mapped, 12)) { /* as an IPv4 accept gives it */
+        struct in_addr a4;
+        memcpy(&a4, b + 12, 4);
+        memset(a, 0, sizeof *a);
+        a->u.in4.sin_family = AF_INET;
+        a->u.in4.sin_addr = a4;
+        a->len = sizeof a->u.in4;
+    }
+}
+
+/* The API's common rules (docs/web.md 4): the public Host, no query, no cookies, a 43-character
+ * bearer, and Content-Type: application/octet-stream exactly when a body is present. */
+static int api_ok(const struct webhttp *h, const struct httpd_conn *c, const uint8_t *buf,
+                  const struct http_request *rq)
+{
+    const char *v;
+    size_t vn;
+    if (strcasecmp(rq->host, h->host) || query_of(buf, rq, NULL, 0) ||
+        http_header(buf, rq->consumed, "cookie", &v, &vn) || !rq->has_bearer ||
+        strlen(rq->bearer) != WEBSESS_TOKEN_LEN)
+        return 0;
+    int typed = http_header(buf, rq->consumed, "content-type", &v, &vn);
+    if (!rq->content_length)
+        return typed == 0;
+    return typed == 1 && vn == 24 && !memcmp(v, "application/octet-stream", 24);
+}
+
+/* A canonical decimal header (X-Up-Seq, X-Down-Cursor) given once. 0, or -1. */
+static int header_number(const uint8_t *buf, const struct http_request *rq, const char *name,
+                         uint64_t *out)
+{
+    const char *v;
+    size_t vn;
+    return http_header(buf, rq->consumed, name, &v, &vn) == 1 && !webframe_decimal(v, vn, out)
+               ? 0
+               : -1;
+}
+
+/* POST /api/v1/session: a HELLO with the bootstrap creates the session (or the same request
+ * again while the bootstrap lives gets the same answer). 1 if answered, 0 for the site. */
+static int api_session(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
+                       const uint8_t *body, const struct sock_addr *peer)
+{
+    static const uint8_t welcome[WEBFRAME_HDR_LEN] = {WEBFRAME_WELCOME};
+    struct websess *s;
+    if (rq->content_length > WEB_CREATE_MAX)
+        return 0;
+    enum websess_result r = websess_create(h->t, rq->bearer, WEBSESS_TOKEN_LEN, body,
+                                           rq->content_length, WEBSESS_HTTPS, web_now(), &s);
+    if (r == WEBSESS_BUSY)
+        busy(c);
+    if (r != WEBSESS_OK && r != WEBSESS_REPLAY)
+        return r == WEBSESS_BUSY;
+    if (r == WEBSESS_OK && !webstream_sx_new(h, s, peer)) {
+        websess_close(h->t, s);
+        busy(c);
+        return 1;
+    }
+    char extra[200];
+    snprintf(extra, sizeof extra,
+             "X-Session-Token: %s\r\nX-Carrier-Mode: https\r\nX-Down-Cursor: 0\r\n",
+             websess_token(s));
+    struct httpd_body *b = httpd_body_new((const char *)welcome, sizeof welcome, 0);
+    if (b)
+        web_respond(c, 200, extra, "application/octet-stream", b, 0);
+    else
+        busy(c);
+    return 1;
+}
+
+/* The session an /up or /down names (its bearer), with its number header (X-Up-Seq or
+ * X-Down-Cursor) in *n and a body exactly when want_body; NULL if any of it is missing. */
+static struct websx *carrier_session(struct webhttp *h, const struct http_request *rq,
+                                     const uint8_t *buf, const char *name, int want_body,
+                                     uint64_t *n)
+{
+    struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
+    struct websx *x = s ? webstream_sx(h, s) : NULL;
+    if (!x || !rq->content_length != !want_body || header_number(buf, rq, name, n))
+        return NULL;
+    return x;
+}
+
+/* POST /api/v1/up: a batch of frames with X-Up-Seq. 1 if answered, 0 for the site. */
+static int api_up(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
+                  const uint8_t *buf, const struct sock_addr *peer)
+{
+    uint64_t seq;
+    struct websx *x = carrier_session(h, rq, buf, "x-up-seq", 1, &seq);
+    if (!x)
+        return 0;
+    x->peer = *peer;
+    enum websess_result r =
+        websess_up(h->t, x->s, seq, buf + rq->consumed, rq->content_length, web_now());
+    if (r == WEBSESS_BUSY) {
+        busy(c);
+        return 1;
+    }
+    if (r != WEBSESS_OK && r != WEBSESS_REPLAY)
+        return 0; /* the session is gone (FATAL) or the body too large */
+    char extra[64];
+    snprintf(extra, sizeof extra, "X-Up-Ack: %llu\r\n", (unsigned long long)seq);
+    web_respond(c, 204, extra, "", NULL, 0);
+    return 1;
+}
+
+/* POST /api/v1/down with X-Down-Cursor: a batch now, or held until frames come or the long
+ * poll ends (204). A second poll of the session lets the first go (204). 1 if answered or
+ * held, 0 for the site. */
+static int api_down(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
+                    const uint8_t *buf, const struct sock_addr *peer)
+{
+    uint64_t cursor;
+    struct websx *x = carrier_session(h, rq, buf, "x-down-cursor", 0, &cursor);
+    if (!x)
+        return 0;
+    if (x->poll)
+        webhttp_poll_answer(h, x, 1, 0);
+    x->peer = *peer;
+    x->poll = c;
+    x->cursor = cursor;
+    h->held[slot_of(h, c)] = x;
+    c->pinned = 1; /* never evicted for another connection while it holds */
+    ev_timer_stop(h->loop, &c->timer);
+    ev_timer_set(&c->timer, (double)h->lim.poll_ms / 1000.0, 0);
+    ev_timer_start(h->loop, &c->timer);
+    poll_run(h, x); /* may answer (a batch), end the session (404), or hold */
+    return 1;
+}
+
+/* A session token DELETE closed a moment ago (answered 204 again), constant-time. */
+static int closed_recently(const struct webhttp *h, const char *tok, int64_t now)
+{
+    int found = 0;
+    for (int i = 0; i < WEB_CLOSED_TOKENS; i++)
+        found |= http_token_equal(h->closed[i], tok) && now - h->closed_at[i] < h->lim.grace_ms;
+    return found;
+}
+
+/* DELETE /api/v1/session: 1 if answered (204), 0 for the site. */
+static int api_delete(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq)
+{
+    int64_t now = web_now();
+    struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
+    if (rq->content_length || (!s && !closed_recently(h, rq->bearer, now)))
+        return 0;
+    if (s) {
+        unsigned i = h->closed_head++ % WEB_CLOSED_TOKENS;
+        memcpy(h->closed[i], websess_token(s), WEBSESS_TOKEN_LEN + 1);
+        h->closed_at[i] = now;
+        websess_close(h->t, s);
+    }
+    web_respond(c, 204, "", "", NULL, 0);
+    return 1;
+}
+
+/* Serves one parsed request: the bridge, the carrier, or the site. */
+static void serve(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
+                  const uint8_t *buf)
+{
+    struct sock_addr peer;
+    client_addr(h, c, buf, rq, &peer);
+    const char *p = rq->path;
+    int m = rq->method, done = 0;
+    if (!strcmp(p, "/") && (m == HTTP_GET || m == HTTP_HEAD) && !strcasecmp(rq->host, h->host))
+        done = serve_bridge(h, c, buf, rq);
+    else if (!strncmp(p, "/api/v1/", 8) && api_ok(h, c, buf, rq)) {
+        if (m == HTTP_POST && !strcmp(p + 8, "session"))
+            done = api_session(h, c, rq, buf + rq->consumed, &peer);
+        else if (m == HTTP_DELETE && !strcmp(p + 8, "session"))
+            done = api_delete(h, c, rq);
+        else if (m == HTTP_POST && !strcmp(p + 8, "up"))
+            done = api_up(h, c, rq, buf, &peer);
+        else if (m == HTTP_POST && !strcmp(p + 8, "down"))
+            done = api_down(h, c, rq, buf, &peer);
+    }
+    if (!done)
+        website_answer(h, c, m, p);
+}
+
+static void hconn_read(struct webhttp *h, struct httpd_conn *c)
+{
+    struct http_request rq;
+    const uint8_t *buf;
+    int st = httpd_conn_read(c, WEB_MAX_HEADERS, h->lim.body_bytes, &rq, &buf);
+    if (st == HTTPD_CLOSE) {
+        hconn_close(h, c);
+        return;
+    }
+    if (st == HTTP_NEED_MORE)
+        return;
+    if (st == HTTP_BAD)
+        httpd_respond_text(c, rq.code, "bad request\n", 0);
+    else
+        serve(h, c, &rq, buf);
+    if (!h->held[slot_of(h, c)] && c->state == HTTPD_READ) /* not holding, not answered yet */
+        hconn_send(h, c);
+}
+
+/* A held /down's connection is readable: its client went away (or sent what it must not). */
+static void conn_held_read(struct webhttp *h, struct httpd_conn *c)
+{
+    ssize_t n = recv(c->fd, c->req, sizeof c->req, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+        n > 0)
+        hconn_close(h, c);
+}
+
+static void on_conn_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct httpd_conn *c = io->data;
+    struct webhttp *h = c->owner;
+    if (c->state == HTTPD_WRITE) {
+        if (httpd_conn_write(c, &web_limits))
+            hconn_close(h, c);
+    } else if (c->state == HTTPD_LINGER) {
+        if (httpd_conn_linger(c, &web_limits))
+            hconn_close(h, c);
+    } else if (h->held[slot_of(h, c)]) {
+        conn_held_read(h, c);
+    } else {
+        hconn_read(h, c);
+    }
+}
+
+static void on_conn_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct httpd_conn *c = t->data;
+    struct webhttp *h = c->owner;
+    struct websx *x = h->held[slot_of(h, c)];
+    if (x)
+        webhttp_poll_answer(h, x, 1, 0); /* the long poll's end: 204 */
+    else
+        hconn_close(h, c);
+}
+
+/* 1 if the source key src is one of web-trusted-proxies. */
+static int src_trusted(const struct webhttp *h, const uint8_t src[16])
+{
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+    memcpy(&a.sin6_addr, src, 16);
+    return cidr_set_contains(&h->trusted, (const struct sockaddr *)&a);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct webhttp *h = io->data;
+    for (int i = 0; i < 16; i++) {
+        uint8_t src[16];
+        int fd = httpd_accept(h->lfd, src);
+        if (fd == -2) { /* out of descriptors: wait instead of spinning */
+            ev_io_stop(loop, &h->lio);
+            ev_timer_start(loop, &h->retry);
+            return;
+        }
+        if (fd < 0)
+            return;
+        int per = src_trusted(h, src) ? WEB_MAX_CONNS : WEB_MAX_PER_SOURCE;
+        struct httpd_conn *c = httpd_slot_get(h->conns, WEB_MAX_CONNS, per, src);
+        if (c && c->fd >= 0)
+            hconn_close(h, c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        httpd_conn_open(c, loop, fd, src, WEB_READ_TIMEOUT);
+    }
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct webhttp *h = t->data;
+    ev_io_start(loop, &h->lio);
+}
+
+static void on_sweep(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct webhttp *h = t->data;
+    websess_sweep(h->t, web_now());
+}
+
+/* The session ends: a held /down gets the site's 404, then its streams and carrier state go
+ * (webstream_end). */
+static void on_session_end(void *ctx, struct websess *s)
+{
+    struct webhttp *h = ctx;
+    struct websx *x = webstream_sx(h, s);
+    if (x && x->poll)
+        webhttp_poll_answer(h, x, 0, 1);
+    webstream_end(h, s);
+}
+
+/* Stops everything on the loop (the worker's thread, before its loop ends): sessions end
+ * (their streams' sockets close), connections and the listener close. */
+static void web_stop(void *arg)
+{
+    struct webhttp *h = arg;
+    if (h->stopped)
+        return;
+    ev_io_stop(h->loop, &h->lio);
+    ev_timer_stop(h->loop, &h->retry);
+    ev_timer_stop(h->loop, &h->sweep);
+    ev_prepare_stop(h->loop, &h->kick);
+    websess_table_free(h->t);
+    h->t = NULL;
+    for (int i = 0; i < WEB_MAX_CONNS; i++)
+        if (h->conns[i].fd >= 0)
+            hconn_close(h, &h->conns[i]);
+    if (h->lfd >= 0)
+        close(h->lfd);
+    h->lfd = -1;
+    h->stopped = 1;
+}
+
+struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct options *opt)
+{
+    struct webhttp *h = calloc(1, sizeof *h);
+    struct websess_hooks hooks;
+    if (h) {
+        h->sxmask = 255;
+        h->sx = calloc(h->sxmask + 1, sizeof *h->sx);
+        websess_limits_default(&h->lim);
+        websess_shared_init(&h->shared);
+        webstream_hooks(h, &hooks);
+        hooks.on_end = on_session_end;
+        h->t = websess_table_new(&h->lim, &h->shared, &hooks);
+    }
+    if (!h || !h->sx || !h->t) {
+        if (h) {
+            websess_table_free(h->t);
+            free(h->sx);
+        }
+        free(h);
+        close(lfd);
+        return NULL;
+    }
+    h->pw = pw;
+    h->loop = pw->w->loop;
+    h->lfd = lfd;
+    webcap_host(opt->web_host, strlen(opt->web_host), h->host, sizeof h->host);
+    snprintf(h->root, sizeof h->root, "%s", opt->web_root);
+    cidr_set_init(&h->trusted);
+    for (int i = 0; i < opt->nweb_trusted; i++)
+        cidr_set_add(&h->trusted, &opt->web_trusted[i]);
+    cidr_set_finish(&h->trusted);
+    for (int i = 0; i < WEB_MAX_CONNS; i++)
+        httpd_conn_init(&h->conns[i], h, on_conn_io, on_conn_timer);
+    ev_io_init(&h->lio, on_accept, lfd, EV_READ);
+    ev_timer_init(&h->retry, on_retry, 0.25, 0);
+    ev_timer_init(&h->sweep, on_sweep, 1.0, 1.0);
+    ev_prepare_init(&h->kick, on_kick);
+    h->lio.data = h->retry.data = h->sweep.data = h->kick.data = h;
+    ev_io_start(h->loop, &h->lio);
+    ev_timer_start(h->loop, &h->sweep);
+    pw->service_stop = web_stop;
+    pw->service = h;
+    return h;
+}
+
+void webhttp_free(struct webhttp *h)
+{
+    if (!h)
+        return;
+    web_stop(h); /* a worker that never ran: its loop is still there */
+    h->pw->service_stop = NULL;
+    for (size_t i = 0; i <= h->sxmask; i++)
+        while (h->sx[i]) {
+            struct websx *x = h->sx[i];
+            h->sx[i] = x->next;
+            free(x);
+        }
+    free(h->sx);
+    free(h->caps);
+    free(h->capuser);
+    cidr_set_free(&h->trusted);
+    free(h);
+}

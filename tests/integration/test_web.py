@@ -1,0 +1,147 @@
+"""test_web.py: WEB proxy mode's https carrier end to end: test_client's MTProxy bytes through
+our WEB client (webclient.py) over web-listen, to the fake DC and back; what probes get."""
+import os
+import time
+
+import pytest
+
+from harness import DC_IDS, MEDIA_4_LISTENER, T, assert_ok, free_ports, new_secret, wait_until
+from webclient import HELLO_FRAME, Adapter, Session, capability, http
+
+HOST = "proxy.example.com"
+
+
+class Web:
+    def __init__(self, procs, extra=()):
+        self.procs = procs
+        self.plain = new_secret()
+        self.dd = "dd" + new_secret()
+        self.dc = procs.fake_dc([(i, "normal") for i in DC_IDS] + [(MEDIA_4_LISTENER, "normal")])
+        dcs = [(i, self.dc.addr(i)) for i in DC_IDS] + [(-4, self.dc.addr(MEDIA_4_LISTENER))]
+        port = free_ports(1)[0]
+        self.web = ("127.0.0.1", port)
+        self.proxy = procs.proxy([("plain", self.plain), ("padded", self.dd)], dcs,
+                                 extra=["--web-listen", f"127.0.0.1:{port}", "--web-host", HOST,
+                                        *extra])
+        assert wait_until(lambda: " web: WEB proxy " in self.proxy.stderr_tail(400), T(5))
+
+    def visitor(self, method, path, headers=None, body=b""):
+        return http(self.web, method, path, HOST, headers, body)[3]
+
+    def client(self, adapter, tag, up, down, secret, *extra):
+        return self.procs.client(adapter.addr, secret, tag, 2, up, down, *extra)
+
+
+@pytest.fixture
+def web(procs):
+    return Web(procs)
+
+
+@pytest.mark.parametrize("kind", ["plain", "dd"])
+def test_transfer_both_ways(web, kind):
+    """test_client's bytes through the https carrier to the fake DC and back, byte for byte."""
+    secret = web.plain if kind == "plain" else web.dd
+    a = Adapter(web.web, HOST, secret)
+    t0 = time.monotonic()
+    res = web.client(a, "dd" if kind == "dd" else "ef", 1 << 20, 2 << 20, secret,
+                     "--expect-dc", 2)
+    took = time.monotonic() - t0
+    assert_ok(res)
+    assert res["up_total"] == 1 << 20 and res["down_total"] == 2 << 20
+    assert web.dc.wait_line(r"^DONE listener=2 up_ok=1048576 mismatch=none$", 5)
+    assert not a.errors, a.errors
+    print(f"web {kind}: 1 MiB up, 2 MiB down in {took:.2f} s")
+    a.abandon()
+
+
+def test_ten_streams_in_one_session(web):
+    a = Adapter(web.web, HOST, web.plain)
+    bg = [web.procs.client_bg(a.addr, web.plain, "ee", 2, 200000, 300000, name=f"c{i}")
+          for i in range(10)]
+    for p in bg:
+        assert_ok(web.procs.result(p, timeout=60))
+    assert a.next_id == 11  # ten streams, one session
+    assert not a.errors, a.errors
+    a.abandon()
+
+
+def test_probes_get_the_site(web):
+    """A wrong capability, a spent bootstrap, a bad bearer and a random path get the bytes a
+    plain visitor gets for that path."""
+    index = web.visitor("GET", "/")
+    assert index.startswith(b"HTTP/1.1 200 ")
+    assert web.visitor("GET", "/?bridge=" + capability(new_secret(), HOST)) == index
+    assert web.visitor("GET", "/?bridge=" + capability(web.plain, "other.example.com")) == index
+    assert web.visitor("GET", "/?bridge=x&bridge=y") == index
+    page404 = web.visitor("GET", "/wp-login.php")
+    assert page404.startswith(b"HTTP/1.1 404 ") and web.visitor("GET", "/x/y.html") == page404
+    plain_post = web.visitor("POST", "/api/v1/session")
+    assert plain_post == page404
+    s = Session(web.web, HOST, web.plain)
+    # the same creation again while the bootstrap lives: the same session (an idempotency key)
+    st, h, _, _ = s.post("/api/v1/session", HELLO_FRAME, s.bootstrap)
+    assert st == 200 and h["x-session-token"] == s.token
+    assert s.delete()[0] == 204 and s.delete()[0] == 204  # idempotent
+    spent = s.post("/api/v1/session", HELLO_FRAME, s.bootstrap)[3]
+    assert spent == plain_post
+    assert s.post("/api/v1/down", b"", s.token, {"X-Down-Cursor": "0"})[3] == \
+        web.visitor("POST", "/api/v1/down")
+    bad = s.post("/api/v1/up", b"\x01\x00\x00\x01\x00\x00\x00\x00", "A" * 43,
+                 {"X-Up-Seq": "1"})[3]
+    assert bad == web.visitor("POST", "/api/v1/up")
+    # the right capability with another Host, or with a query on the API: the site
+    assert http(web.web, "GET", "/?bridge=" + capability(web.plain, HOST), "other.example.com")[3] \
+        == http(web.web, "GET", "/", "other.example.com")[3]
+
+
+def test_bridge_page_headers(web):
+    st, h, page, _ = http(web.web, "GET", "/?bridge=" + capability(web.dd, HOST), HOST)
+    assert st == 200 and h["cache-control"] == "no-store"
+    assert "'nonce-" in h["content-security-policy"]
+    assert b'bootstrap="' in page
+
+
+def test_deleted_session_closes_its_connections(web):
+    """A WEB client gone mid-session: the session lives on (until the 2-minute grace; not
+    waited for here), and DELETE ends it and closes its streams' connections."""
+    a = Adapter(web.web, HOST, web.plain)
+    mark = web.dc.mark()
+    p = web.procs.client_bg(a.addr, web.plain, "ef", 2, 1000, 1000, "--hold", 30,
+                            "--timeout", 60)
+    assert web.dc.wait_line(r"^HEADER listener=2 tag=ef dc=2$", T(10), start=mark)
+    a.abandon()
+    time.sleep(3)
+    st, h, _, _ = a.sess.post("/api/v1/down", b"", a.sess.token,
+                              {"X-Down-Cursor": str(a.cursor)})
+    assert st in (200, 204), st  # the session is still there
+    assert "closed: user plain client 127.0.0.1:0" not in web.proxy.stderr_tail(400)
+    dmark = web.dc.mark()
+    assert a.sess.delete()[0] == 204
+    # the stream's connection ends, and with it its DC connection
+    assert wait_until(lambda: "closed: user plain client 127.0.0.1:0" in web.proxy.stderr_tail(400), T(5))
+    assert web.dc.wait_line(r"^CLOSED listener=2 reason=go:eof$", T(5), start=dmark)
+    p.stop()
+
+
+def test_web_root_site(procs, tmp_path):
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "index.html").write_text("<h1>my site</h1>\n")
+    (root / "404.html").write_text("<h1>nothing here</h1>\n")
+    w = Web(procs, extra=["--web-root", str(root)])
+    st, h, body, _ = http(w.web, "GET", "/", HOST)
+    assert st == 200 and body == b"<h1>my site</h1>\n"
+    st, h, body, raw = http(w.web, "GET", "/?bridge=" + capability(new_secret(), HOST), HOST)
+    assert st == 200 and body == b"<h1>my site</h1>\n"
+    st, h, body, raw = http(w.web, "GET", "/../etc/passwd", HOST)
+    assert st == 404 and body == b"<h1>nothing here</h1>\n"
+    assert raw == w.visitor("POST", "/api/v1/up")
+
+
+def test_links(web, tmp_path):
+    path = os.path.join(web.procs.workdir, "mtproxy.state.links")
+    assert wait_until(lambda: os.path.exists(path), T(5))
+    text = open(path).read()
+    for key in (web.plain, web.dd):
+        assert f"tg://webproxy?server={HOST}&secret={key}" in text, text
+        assert f"https://t.me/webproxy?server={HOST}&secret={key}" in text, text

@@ -1,0 +1,248 @@
+"""webclient.py: a WEB proxy client for the tests: a local TCP adapter whose connections become
+streams of one WEB session spoken over the https carrier (plain HTTP/1.1 to web-listen)."""
+import base64
+import hashlib
+import hmac
+import re
+import socket
+import struct
+import threading
+import time
+
+LABEL = b"tdesktop-web-proxy-bridge-v1\n"
+OPEN, DATA, CLOSE, WINDOW, HELLO, WELCOME = 0x01, 0x02, 0x03, 0x04, 0x10, 0x11
+HELLO_FRAME = bytes.fromhex("100000000000000101")
+CHUNK = 60000
+
+
+def capability(secret_hex, host):
+    """The bridge capability of a plain (32 hex) or dd (dd + 32 hex) secret for host."""
+    mac = hmac.new(bytes.fromhex(secret_hex), LABEL + host.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def frame(ftype, stream, payload=b""):
+    return struct.pack(">II", (ftype << 24) | stream, len(payload)) + payload
+
+
+def frames(body):
+    """The frames of a carrier body: [(type, stream, payload)]."""
+    out, off = [], 0
+    while off < len(body):
+        head, n = struct.unpack_from(">II", body, off)
+        out.append((head >> 24, head & 0xffffff, body[off + 8:off + 8 + n]))
+        off += 8 + n
+    assert off == len(body), "a partial frame"
+    return out
+
+
+def http(addr, method, path, host, headers=None, body=b"", timeout=40):
+    """One request on its own connection (the server closes after each). Returns (status,
+    {lower-case name: value}, body, the raw response bytes)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+    for k, v in (headers or {}).items():
+        lines.append(f"{k}: {v}")
+    if body or method in ("POST", "DELETE"):
+        lines.append(f"Content-Length: {len(body)}")
+    req = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    with socket.create_connection(addr, timeout=timeout) as s:
+        s.sendall(req)
+        raw = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            raw += d
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    hl = head.decode("latin-1").split("\r\n")
+    status = int(hl[0].split()[1])
+    hdrs = {}
+    for line in hl[1:]:
+        k, _, v = line.partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    return status, hdrs, rest, raw
+
+
+class Session:
+    """One WEB session: the bridge page, the bootstrap, the session token."""
+
+    def __init__(self, addr, host, secret_hex):
+        self.addr, self.host = addr, host
+        st, _, page, _ = http(addr, "GET", "/?bridge=" + capability(secret_hex, host), host)
+        assert st == 200, st
+        m = re.search(rb'bootstrap="([A-Za-z0-9_-]{43})"', page)
+        assert m, page[:300]
+        self.bootstrap = m.group(1).decode()
+        st, h, body, _ = self.post("/api/v1/session", HELLO_FRAME, self.bootstrap)
+        assert st == 200 and body == frame(WELCOME, 0), (st, h, body)
+        assert h["x-carrier-mode"] == "https" and h["x-down-cursor"] == "0", h
+        self.token = h["x-session-token"]
+
+    def post(self, path, body, bearer, extra=None, method="POST"):
+        hdrs = {"Authorization": f"Bearer {bearer}"}
+        if body:
+            hdrs["Content-Type"] = "application/octet-stream"
+        hdrs.update(extra or {})
+        return http(self.addr, method, path, self.host, hdrs, body)
+
+    def delete(self):
+        return self.post("/api/v1/session", b"", self.token, method="DELETE")
+
+
+class Stream:
+    def __init__(self, sock, sid):
+        self.sock, self.id = sock, sid
+        self.credit = 4 << 20
+        self.closed = False
+
+
+class Adapter:
+    """Listens on 127.0.0.1; each accepted connection is a stream of one session: its bytes go
+    up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
+    credit), EOF either way is CLOSE."""
+
+    def __init__(self, web_addr, host, secret_hex):
+        self.sess = Session(web_addr, host, secret_hex)
+        self.lock = threading.Condition()
+        self.streams, self.upq, self.next_id = {}, [], 1
+        self.seq, self.cursor = 0, 0
+        self.stopped = False
+        self.errors = []
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.1", 0))
+        self.lst.listen(64)
+        self.addr = f"127.0.0.1:{self.lst.getsockname()[1]}"
+        for fn in (self._accept, self._uplink, self._downlink):
+            threading.Thread(target=fn, daemon=True).start()
+
+    def _queue(self, f):
+        with self.lock:
+            self.upq.append(f)
+            self.lock.notify_all()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                c, _ = self.lst.accept()
+            except OSError:
+                return
+            with self.lock:
+                st = Stream(c, self.next_id)
+                self.next_id += 1
+                self.streams[st.id] = st
+                self.upq.append(frame(OPEN, st.id))
+                self.lock.notify_all()
+            threading.Thread(target=self._reader, args=(st,), daemon=True).start()
+
+    def _reader(self, st):
+        """App bytes up as DATA within the stream's up credit."""
+        while not self.stopped:
+            with self.lock:
+                while st.credit == 0 and not self.stopped and not st.closed:
+                    self.lock.wait(1)
+                want = min(st.credit, CHUNK)
+            if st.closed or self.stopped:
+                return
+            try:
+                d = st.sock.recv(want)
+            except OSError:
+                d = b""
+            with self.lock:
+                if st.closed:
+                    return
+                if not d:
+                    st.closed = True
+                    self.upq.append(frame(CLOSE, st.id))
+                else:
+                    st.credit -= len(d)
+                    self.upq.append(frame(DATA, st.id, d))
+                self.lock.notify_all()
+            if not d:
+                return
+
+    def _uplink(self):
+        """Serialized POST /up: every frame queued so far in one batch, X-Up-Seq 1, 2, ..."""
+        while not self.stopped:
+            with self.lock:
+                while not self.upq and not self.stopped:
+                    self.lock.wait(1)
+                batch, self.upq = self.upq[:4096], self.upq[4096:]
+            if self.stopped:
+                return
+            body = b"".join(batch)
+            self.seq += 1
+            while not self.stopped:
+                st, h, _, _ = self.sess.post("/api/v1/up", body, self.sess.token,
+                                             {"X-Up-Seq": str(self.seq)})
+                if st == 204 and h.get("x-up-ack") == str(self.seq):
+                    break
+                if st != 503:
+                    self._fail(f"up {self.seq}: {st}")
+                    return
+                time.sleep(0.2)
+
+    def _downlink(self):
+        """POST /down long polls: DATA written to its stream's socket (then WINDOW up),
+        WINDOW adds up credit, CLOSE ends the stream."""
+        while not self.stopped:
+            try:
+                st, h, body, _ = self.sess.post("/api/v1/down", b"", self.sess.token,
+                                                {"X-Down-Cursor": str(self.cursor)})
+            except OSError as e:
+                self._fail(f"down: {e}")
+                return
+            if self.stopped:
+                return
+            if st == 204:
+                assert h["x-down-cursor"] == str(self.cursor)
+                continue
+            if st != 200:
+                self._fail(f"down: {st}")
+                return
+            for ftype, sid, payload in frames(body):
+                self._down_frame(ftype, sid, payload)
+            self.cursor = int(h["x-down-cursor"])
+
+    def _down_frame(self, ftype, sid, payload):
+        with self.lock:
+            st = self.streams.get(sid)
+        if st is None:
+            return
+        if ftype == DATA:
+            try:
+                st.sock.sendall(payload)
+                self._queue(frame(WINDOW, sid, struct.pack(">I", len(payload))))
+            except OSError:
+                pass
+        elif ftype == WINDOW:
+            with self.lock:
+                st.credit += struct.unpack(">I", payload)[0]
+                self.lock.notify_all()
+        elif ftype == CLOSE:
+            with self.lock:
+                st.closed = True
+                self.lock.notify_all()
+            try:
+                st.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            st.sock.close()
+
+    def _fail(self, what):
+        self.errors.append(what)
+        self.abandon()
+        for st in list(self.streams.values()):
+            try:
+                st.sock.close()
+            except OSError:
+                pass
+
+    def abandon(self):
+        """The WEB client goes away: no more polls, no DELETE (its app sockets stay open)."""
+        with self.lock:
+            self.stopped = True
+            self.lock.notify_all()
+        try:
+            self.lst.close()
+        except OSError:
+            pass
