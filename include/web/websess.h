@@ -58,7 +58,9 @@ void websess_limits_default(struct websess_limits *l);
 /* What every worker's table shares: the process-wide counts the process limits apply to.
  * Zero it (or websess_shared_init) before the first table uses it. */
 struct websess_shared {
-    atomic_uint_fast64_t sessions, streams, bootstraps, pending_bytes, pending_items;
+    /* size_t, not 64-bit: these count memory and entries, and a 64-bit atomic on 32-bit MIPS
+     * is a call into libatomic (packaging/test/no-libatomic.sh) */
+    atomic_size_t sessions, streams, bootstraps, pending_bytes, pending_items;
 };
 
 void websess_shared_init(struct websess_shared *g);

@@ -133,10 +133,10 @@ const char *websess_mode_name(enum websess_mode mode)
 }
 
 /* Adds add to *c unless the sum passes max. 0, or -1 (unchanged). */
-static int reserve(atomic_uint_fast64_t *c, uint64_t add, uint64_t max)
+static int reserve(atomic_size_t *c, size_t add, uint64_t max)
 {
-    uint64_t was = atomic_fetch_add(c, add);
-    if (was + add > max) {
+    size_t was = atomic_fetch_add(c, add);
+    if ((uint64_t)was + add > max) {
         atomic_fetch_sub(c, add);
         return -1;
     }
@@ -255,7 +255,7 @@ static int mint_token(char out[WEBSESS_TOKEN_LEN + 1])
 
 /* How a new entry is admitted: a process-wide count below max, and a rate. */
 struct admit {
-    atomic_uint_fast64_t *count;
+    atomic_size_t *count;
     uint64_t max;
     enum websess_reason full;
     struct bucket *b;
@@ -325,16 +325,16 @@ static void charge(struct websess_table *t, struct websess *s, uint64_t bytes, u
 {
     s->pending_bytes += bytes;
     s->pending_items += items;
-    atomic_fetch_add(&t->g->pending_bytes, bytes);
-    atomic_fetch_add(&t->g->pending_items, items);
+    atomic_fetch_add(&t->g->pending_bytes, (size_t)bytes);
+    atomic_fetch_add(&t->g->pending_items, (size_t)items);
 }
 
 static void uncharge(struct websess_table *t, struct websess *s, uint64_t bytes, uint64_t items)
 {
     s->pending_bytes -= bytes;
     s->pending_items -= items;
-    atomic_fetch_sub(&t->g->pending_bytes, bytes);
-    atomic_fetch_sub(&t->g->pending_items, items);
+    atomic_fetch_sub(&t->g->pending_bytes, (size_t)bytes);
+    atomic_fetch_sub(&t->g->pending_items, (size_t)items);
 }
 
 static uint64_t cost(const struct websess_table *t, size_t len)
