@@ -562,6 +562,7 @@ static int app_metrics(struct app *a)
     const struct options *opt = &a->g->opt;
     char err[512];
     metrics_shared_init(&a->mshared, opt, a->pws, a->ws, a->nworkers, a->replay);
+    a->mshared.web = a->web; /* app_web ran before: NULL when WEB mode is off */
     if (!opt->metrics_on) {
         if (!(a->msrv = metrics_server_new(&a->mshared, a->g, -1)))
             return 1;

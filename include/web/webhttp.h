@@ -22,6 +22,20 @@ struct webhttp;
  * closed). */
 struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct options *opt);
 
+struct websess_counters;
+struct websess_shared;
+
+/* What /metrics reads of h, from any thread, until h's worker stops (the metrics server stops
+ * first): the session table's counters (stat_t: STAT_GET) and the process-wide live counts
+ * (atomics). */
+struct webhttp_view {
+    const struct websess_counters *c;
+    const struct websess_shared *live;
+};
+
+/* Fills v for h (NULL: v's members are NULL). */
+void webhttp_view(const struct webhttp *h, struct webhttp_view *v);
+
 /* Frees h once its worker's loop has ended (or never ran): closes what is still open without
  * touching the loop. NULL is allowed. */
 void webhttp_free(struct webhttp *h);

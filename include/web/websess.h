@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/stat.h"
 #include "proto/webcap.h"
 
 /*
@@ -84,11 +85,17 @@ enum websess_reason {
     WEBSESS_R_COUNT
 };
 
-/* The table's counts, for /metrics. */
+/* The reason's name in /metrics (a label value: "bootstrap_rate", "pending_process"...). */
+const char *websess_reason_name(enum websess_reason r);
+
+/* The table's counts, for /metrics: written by the table's worker only, read by any thread
+ * with STAT_GET (core/stat.h). */
 struct websess_counters {
-    uint64_t refused[WEBSESS_R_COUNT];
-    uint64_t bootstraps, sessions, streams; /* minted, created, opened */
-    uint64_t expired_bootstraps, expired_sessions, closed_sessions;
+    stat_t refused[WEBSESS_R_COUNT];
+    stat_t bootstraps, sessions, streams; /* minted, created, opened */
+    stat_t expired_bootstraps, expired_sessions, closed_sessions;
+    stat_t sessions_mode[4];              /* created, by carrier (enum websess_mode) */
+    stat_t bytes_up, bytes_down;          /* stream payload: client DATA taken, backend DATA queued */
 };
 
 /* The carrier a profile chose (X-Carrier-Mode). */

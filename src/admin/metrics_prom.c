@@ -14,6 +14,8 @@
 #include "config/prefix.h"
 #include "config/reload.h"
 #include "users/ja4stat.h"
+#include "web/webhttp.h"
+#include "web/websess.h"
 
 /* Another worker's plain size_t gauge (arena, pipes): a relaxed load of one aligned word. */
 #define GAUGE(p) ((uint64_t)__atomic_load_n((p), __ATOMIC_RELAXED))
@@ -470,9 +472,53 @@ static void emit_lstore(const struct metrics_shared *ms, const struct gen *g,
                 atomic_load(&users_shared(g->users, g->uid[i])->fleet_ips));
 }
 
+/* WEB proxy mode (only when web-listen is on): sessions and streams live and made, by carrier,
+ * the streams' payload both ways, and every refusal by its reason. */
+static void emit_web(const struct metrics_shared *ms, const struct gen *g,
+                     const struct metrics_totals *t, struct emit *e)
+{
+    (void)g, (void)t;
+    struct webhttp_view v;
+    webhttp_view(ms->web, &v);
+    if (!v.c)
+        return;
+    single(e, "web_sessions", "gauge", "WEB proxy: live sessions.",
+           atomic_load(&v.live->sessions));
+    single(e, "web_streams", "gauge", "WEB proxy: live streams (each a client connection).",
+           atomic_load(&v.live->streams));
+    single(e, "web_bootstraps", "gauge", "WEB proxy: bootstrap tokens minted and not yet expired.",
+           atomic_load(&v.live->bootstraps));
+    single(e, "web_pending_bytes", "gauge", "WEB proxy: bytes queued in sessions (both ways).",
+           atomic_load(&v.live->pending_bytes));
+    family(e, "web_sessions_total", "counter", "WEB proxy: sessions created, by carrier.");
+    for (int m = WEBSESS_HTTPS; m <= WEBSESS_WEBSOCKET_LANES; m++)
+        u64(e, "web_sessions_total", "carrier", websess_mode_name((enum websess_mode)m), NULL,
+            NULL, STAT_GET(&v.c->sessions_mode[m]));
+    family(e, "web_sessions_ended_total", "counter", "WEB proxy: sessions ended, by how: closed "
+           "(DELETE, BYE or a protocol error) or expired (no request within the grace).");
+    u64(e, "web_sessions_ended_total", "how", "closed", NULL, NULL,
+        STAT_GET(&v.c->closed_sessions));
+    u64(e, "web_sessions_ended_total", "how", "expired", NULL, NULL,
+        STAT_GET(&v.c->expired_sessions));
+    single(e, "web_bootstraps_total", "counter", "WEB proxy: bootstrap tokens minted (bridge "
+           "pages served).", STAT_GET(&v.c->bootstraps));
+    single(e, "web_streams_total", "counter", "WEB proxy: streams opened.",
+           STAT_GET(&v.c->streams));
+    family(e, "web_bytes_total", "counter", "WEB proxy: stream payload, up (client DATA taken) "
+           "and down (backend DATA queued).");
+    u64(e, "web_bytes_total", "direction", "up", NULL, NULL, STAT_GET(&v.c->bytes_up));
+    u64(e, "web_bytes_total", "direction", "down", NULL, NULL, STAT_GET(&v.c->bytes_down));
+    family(e, "web_refusals_total", "counter", "WEB proxy: requests and frames refused, by reason "
+           "(a limit, a rate, an unknown token, a protocol error).");
+    for (int r = 0; r < WEBSESS_R_COUNT; r++)
+        u64(e, "web_refusals_total", "reason", websess_reason_name((enum websess_reason)r), NULL,
+            NULL, STAT_GET(&v.c->refused[r]));
+}
+
 static const metrics_section_fn sections[] = {
     emit_table,
     emit_lstore,
+    emit_web,
 };
 
 /* Every metric, in either format. */

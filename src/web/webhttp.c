@@ -592,6 +592,12 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     return h;
 }
 
+void webhttp_view(const struct webhttp *h, struct webhttp_view *v)
+{
+    v->c = h && h->t ? websess_counters(h->t) : NULL;
+    v->live = h ? &h->shared : NULL;
+}
+
 void webhttp_free(struct webhttp *h)
 {
     if (!h)

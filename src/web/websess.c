@@ -158,9 +158,30 @@ static int bucket_take(struct bucket *b, uint32_t rate, uint32_t burst, int64_t 
     return 0;
 }
 
+const char *websess_reason_name(enum websess_reason r)
+{
+    static const char *const names[WEBSESS_R_COUNT] = {
+        [WEBSESS_R_BOOTSTRAPS] = "bootstraps",
+        [WEBSESS_R_BOOTSTRAP_RATE] = "bootstrap_rate",
+        [WEBSESS_R_BOOTSTRAP_UNKNOWN] = "bootstrap_unknown",
+        [WEBSESS_R_HELLO] = "hello",
+        [WEBSESS_R_SESSIONS] = "sessions",
+        [WEBSESS_R_SESSION_RATE] = "session_rate",
+        [WEBSESS_R_STREAMS_SESSION] = "streams_session",
+        [WEBSESS_R_STREAMS] = "streams",
+        [WEBSESS_R_STREAM_RATE] = "stream_rate",
+        [WEBSESS_R_PENDING_SESSION] = "pending_session",
+        [WEBSESS_R_PENDING_PROCESS] = "pending_process",
+        [WEBSESS_R_BODY] = "body",
+        [WEBSESS_R_PROTOCOL] = "protocol",
+        [WEBSESS_R_RANDOM] = "random",
+    };
+    return (unsigned)r < WEBSESS_R_COUNT && names[r] ? names[r] : "other";
+}
+
 static int refuse(struct websess_table *t, enum websess_reason r)
 {
-    t->c.refused[r]++;
+    STAT_INC(&t->c.refused[r]);
     return (int)r;
 }
 
@@ -502,7 +523,7 @@ static int stream_open(struct websess_table *t, struct websess *s, const struct 
         return 0;
     }
     webframe_stream_step(&st->st, f, WEBFRAME_UP);
-    t->c.streams++;
+    STAT_INC(&t->c.streams);
     if (t->h.on_open)
         t->h.on_open(t->h.ctx, s, f->stream);
     return 0;
@@ -530,6 +551,7 @@ static int stream_frame(struct websess_table *t, struct websess *s, const struct
         it->len = f->len;
         it->off = 0;
         charge(t, s, cost(t, f->len), 1);
+        STAT_ADD(&t->c.bytes_up, f->len);
         queue_push(&st->up, it);
         if (t->h.on_up)
             t->h.on_up(t->h.ctx, s, id);
@@ -571,7 +593,7 @@ static unsigned boot_sweep(struct websess_table *t, int64_t now)
             }
         }
     }
-    t->c.expired_bootstraps += n;
+    STAT_ADD(&t->c.expired_bootstraps, n);
     return n;
 }
 
@@ -591,7 +613,7 @@ enum websess_result websess_bootstrap_mint(struct websess_table *t, int user, in
     b->expires = now + t->l.bootstrap_ms;
     entry_insert(t, t->boots, t->bmask, &b->e);
     t->nboot++;
-    t->c.bootstraps++;
+    STAT_INC(&t->c.bootstraps);
     memcpy(out, b->e.token, WEBSESS_TOKEN_LEN + 1);
     return WEBSESS_OK;
 }
@@ -689,7 +711,8 @@ static struct websess *session_new(struct websess_table *t, struct boot *b,
     b->sess = s;
     entry_insert(t, t->sess, t->smask, &s->e);
     t->nsess++;
-    t->c.sessions++;
+    STAT_INC(&t->c.sessions);
+    STAT_INC(&t->c.sessions_mode[mode & 3]);
     *res = WEBSESS_OK;
     return s;
 }
@@ -727,7 +750,7 @@ struct websess *websess_find(struct websess_table *t, const char *tok, size_t n)
 
 void websess_close(struct websess_table *t, struct websess *s)
 {
-    t->c.closed_sessions++;
+    STAT_INC(&t->c.closed_sessions);
     session_end(t, s);
 }
 
@@ -763,7 +786,7 @@ struct websess_swept websess_sweep(struct websess_table *t, int64_t now)
             s = next;
         }
     }
-    t->c.expired_sessions += w.sessions;
+    STAT_ADD(&t->c.expired_sessions, w.sessions);
     w.bootstraps = boot_sweep(t, now);
     return w;
 }
@@ -919,6 +942,7 @@ size_t websess_send(struct websess_table *t, struct websess *s, uint32_t stream,
         webframe_credit_take(&st->st.down_credit, k);
         done += k;
     }
+    STAT_ADD(&t->c.bytes_down, done);
     return done;
 }
 

@@ -145,3 +145,42 @@ def test_links(web, tmp_path):
     for key in (web.plain, web.dd):
         assert f"tg://webproxy?server={HOST}&secret={key}" in text, text
         assert f"https://t.me/webproxy?server={HOST}&secret={key}" in text, text
+
+
+def test_metrics(procs):
+    """/metrics counts WEB sessions and streams (live and made, by carrier), the streams'
+    payload both ways, and refusals by reason; a session's end takes it off the gauges."""
+    from test_ja4stat import http_get
+    from test_metrics import samples, val
+    mport = free_ports(1)[0]
+    w = Web(procs, extra=["--metrics", f"127.0.0.1:{mport}"])
+    assert wait_until(lambda: http_get(mport, "/metrics")[0] == 200, T(10))
+
+    def page():
+        return samples(http_get(mport, "/metrics")[1].decode())
+
+    smp = page()
+    assert val(smp, "mtproxy_web_sessions") == 0
+    assert val(smp, "mtproxy_web_sessions_total", carrier="https") == 0
+    a = Adapter(w.web, HOST, w.dd)
+    assert_ok(w.client(a, "dd", 1000, 20000, w.dd, "--expect-dc", 2))
+    # a spent bootstrap: refused as unknown
+    s = a.sess
+    assert s.post("/api/v1/session", HELLO_FRAME, "B" * 43)[0] == 404
+    smp = page()
+    assert val(smp, "mtproxy_web_sessions") == 1
+    assert val(smp, "mtproxy_web_sessions_total", carrier="https") == 1
+    assert val(smp, "mtproxy_web_sessions_total", carrier="websocket") == 0
+    assert val(smp, "mtproxy_web_streams_total") == 1
+    assert val(smp, "mtproxy_web_bootstraps_total") == 1
+    # the obfuscated2 header (64 bytes) and the client's framed payload up; its payload down
+    assert val(smp, "mtproxy_web_bytes_total", direction="up") >= 1000 + 64
+    assert val(smp, "mtproxy_web_bytes_total", direction="down") >= 20000
+    assert val(smp, "mtproxy_web_refusals_total", reason="bootstrap_unknown") >= 1
+    assert val(smp, "mtproxy_web_refusals_total", reason="sessions") == 0
+    assert s.delete()[0] == 204
+    assert wait_until(lambda: val(page(), "mtproxy_web_sessions") == 0, T(5))
+    smp = page()
+    assert val(smp, "mtproxy_web_streams") == 0
+    assert val(smp, "mtproxy_web_sessions_ended_total", how="closed") == 1
+    assert val(smp, "mtproxy_web_sessions_ended_total", how="expired") == 0

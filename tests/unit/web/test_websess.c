@@ -88,7 +88,7 @@ static void fixture_free(struct fixture *x)
 
 static uint64_t refused(const struct fixture *x, enum websess_reason r)
 {
-    return websess_counters(x->t)->refused[r];
+    return STAT_GET(&websess_counters(x->t)->refused[r]);
 }
 
 /* A new session at now (a fresh bootstrap and HELLO). */
@@ -168,7 +168,7 @@ static void test_bootstrap_full_and_rate(void **state)
     /* Full entries make room by expiring old ones. */
     assert_int_equal(websess_bootstrap_mint(x->t, 0, 120000, tok), WEBSESS_OK);
     assert_int_equal(websess_bootstrap_count(x->t), 1);
-    assert_int_equal(websess_counters(x->t)->bootstraps, 3);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->bootstraps), 3);
     fixture_free(x);
     x = fixture_new(tune_boot_rate);
     assert_int_equal(websess_bootstrap_mint(x->t, 0, 0, tok), WEBSESS_OK);
@@ -218,7 +218,7 @@ static void test_session(void **state)
     assert_int_equal(w.sessions, 1);
     assert_int_equal(x->seen.ends, 1);
     assert_int_equal(websess_count(x->t), 0);
-    assert_int_equal(websess_counters(x->t)->expired_sessions, 1);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->expired_sessions), 1);
     fixture_free(x);
 }
 
@@ -252,7 +252,7 @@ static void test_session_limits(void **state)
                                     0, &t2),
                      WEBSESS_BUSY);
     assert_int_equal(refused(x, WEBSESS_R_SESSION_RATE), 1);
-    assert_int_equal(websess_counters(x->t)->closed_sessions, 2);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->closed_sessions), 2);
     fixture_free(x);
 }
 
@@ -271,6 +271,8 @@ static void test_up_replay(void **state)
     /* The exact retry is acknowledged and applies nothing. */
     assert_int_equal(websess_up(x->t, s, 1, body, n, 2), WEBSESS_REPLAY);
     assert_int_equal(x->seen.ups, 1);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->bytes_up), 3); /* the replay: not again */
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->streams), 1);
     const uint8_t *p;
     size_t len;
     assert_int_equal(websess_stream_up(s, 1, &p, &len), 0);
@@ -298,6 +300,10 @@ static void test_up_replay(void **state)
     assert_int_equal(websess_up(x->t, s, 1, body, n - 1, 41), WEBSESS_FATAL); /* partial */
     assert_int_equal(refused(x, WEBSESS_R_PROTOCOL), 5);
     assert_int_equal(websess_count(x->t), 0);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->sessions_mode[WEBSESS_HTTPS]), 5);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->sessions_mode[WEBSESS_WEBSOCKET]), 0);
+    assert_string_equal(websess_reason_name(WEBSESS_R_PROTOCOL), "protocol");
+    assert_string_equal(websess_reason_name(WEBSESS_R_COUNT), "other");
     fixture_free(x);
 }
 
@@ -337,6 +343,7 @@ static void test_down_replay(void **state)
     size_t copy_len = n;
     /* More frames queue meanwhile; the unacknowledged batch comes again byte for byte. */
     down_bytes(x, s, 10, 10);
+    assert_int_equal(STAT_GET(&websess_counters(x->t)->bytes_down), 100010);
     assert_int_equal(websess_down(x->t, s, 0, 4, &p, &n, &next), WEBSESS_REPLAY);
     assert_int_equal(next, 1);
     assert_int_equal(n, copy_len);
