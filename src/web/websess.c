@@ -78,60 +78,6 @@ struct websess_table {
     struct websess_counters c;
 };
 
-void websess_limits_default(struct websess_limits *l)
-{
-    *l = (struct websess_limits){
-        .sessions = 128,
-        .streams = 4096,
-        .streams_per_session = 128,
-        .closed_ids = 4096,
-        .pending_session = 32u << 20,
-        .pending_process = 512u << 20,
-        .items_session = 16384,
-        .items_process = 262144,
-        .item_charge = 256,
-        .bootstraps = 512,
-        .session_rate = 600,
-        .session_burst = 128,
-        .stream_rate = 6000,
-        .stream_burst = 512,
-        .bootstrap_rate = 1200,
-        .bootstrap_burst = 256,
-        .body_bytes = 2u << 20,
-        .frame_payload = WEBFRAME_MAX_PAYLOAD,
-        .data_chunk = WEBFRAME_DATA_CHUNK,
-        .batch_bytes = 2u << 20,
-        .bootstrap_ms = 120000,
-        .grace_ms = 120000,
-        .poll_ms = 25000,
-        .dial_ms = 5000,
-        .dials = 256,
-    };
-}
-
-void websess_shared_init(struct websess_shared *g)
-{
-    atomic_init(&g->sessions, 0);
-    atomic_init(&g->streams, 0);
-    atomic_init(&g->bootstraps, 0);
-    atomic_init(&g->pending_bytes, 0);
-    atomic_init(&g->pending_items, 0);
-}
-
-const char *websess_mode_name(enum websess_mode mode)
-{
-    switch (mode) {
-    case WEBSESS_HTTPS_LANES:
-        return "https-lanes";
-    case WEBSESS_WEBSOCKET:
-        return "websocket";
-    case WEBSESS_WEBSOCKET_LANES:
-        return "websocket-lanes";
-    default:
-        return "https";
-    }
-}
-
 /* Adds add to *c unless the sum passes max. 0, or -1 (unchanged). */
 static int reserve(atomic_size_t *c, size_t add, uint64_t max)
 {
@@ -156,27 +102,6 @@ static int bucket_take(struct bucket *b, uint32_t rate, uint32_t burst, int64_t 
         return -1;
     b->tokens -= RATE_UNIT;
     return 0;
-}
-
-const char *websess_reason_name(enum websess_reason r)
-{
-    static const char *const names[WEBSESS_R_COUNT] = {
-        [WEBSESS_R_BOOTSTRAPS] = "bootstraps",
-        [WEBSESS_R_BOOTSTRAP_RATE] = "bootstrap_rate",
-        [WEBSESS_R_BOOTSTRAP_UNKNOWN] = "bootstrap_unknown",
-        [WEBSESS_R_HELLO] = "hello",
-        [WEBSESS_R_SESSIONS] = "sessions",
-        [WEBSESS_R_SESSION_RATE] = "session_rate",
-        [WEBSESS_R_STREAMS_SESSION] = "streams_session",
-        [WEBSESS_R_STREAMS] = "streams",
-        [WEBSESS_R_STREAM_RATE] = "stream_rate",
-        [WEBSESS_R_PENDING_SESSION] = "pending_session",
-        [WEBSESS_R_PENDING_PROCESS] = "pending_process",
-        [WEBSESS_R_BODY] = "body",
-        [WEBSESS_R_PROTOCOL] = "protocol",
-        [WEBSESS_R_RANDOM] = "random",
-    };
-    return (unsigned)r < WEBSESS_R_COUNT && names[r] ? names[r] : "other";
 }
 
 static int refuse(struct websess_table *t, enum websess_reason r)
