@@ -299,6 +299,14 @@ static void user_json(struct sbuf *o, const struct gen *g, int i, const struct u
         api_json_str(o, tg);
         sbuf_printf(o, ",\"https\":");
         api_json_str(o, https);
+        char wtg[1024], whttps[1024];
+        if (opt->web_on && /* plain and dd users: WEB proxy links too (docs/web.md) */
+            !secret_web_links(s, opt->web_host, wtg, sizeof wtg, whttps, sizeof whttps)) {
+            sbuf_printf(o, ",\"web_tg\":");
+            api_json_str(o, wtg);
+            sbuf_printf(o, ",\"web_https\":");
+            api_json_str(o, whttps);
+        }
         sbuf_printf(o, "}");
         struct sbuf svg = {.max = 1 << 20};
         if (qr && !qr_svg(https, 4, &svg) && svg.p) {

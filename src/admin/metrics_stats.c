@@ -61,6 +61,9 @@ void metrics_user_json(const struct gen *g, int i, const char *host, int port, i
         sbuf_printf(out, ",\"address\":\"%s\"", uhost);
     if (links && !secret_links(sec, uhost, uport, tg, sizeof tg, https, sizeof https))
         sbuf_printf(out, ",\"tg\":\"%s\",\"https\":\"%s\"", tg, https);
+    if (links && o->web_on && /* plain and dd users: WEB proxy links too */
+        !secret_web_links(sec, o->web_host, tg, sizeof tg, https, sizeof https))
+        sbuf_printf(out, ",\"web_tg\":\"%s\",\"web_https\":\"%s\"", tg, https);
     sbuf_printf(out, "}");
 }
 

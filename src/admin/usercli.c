@@ -29,9 +29,10 @@ void usercli_usage(FILE *f)
 {
     fprintf(f,
             "Usage: mtproxy user COMMAND [NAME] [OPTIONS] [--config FILE] [--json]\n\n"
-            "  add NAME [--dd | --tls DOMAIN] [--secret HEX32]\n"
+            "  add NAME [--dd | --web | --tls DOMAIN] [--secret HEX32]\n"
             "           [--limit 'conns=2 quota=50G/month']\n"
-            "                         a new user; prints its links\n"
+            "                         a new user; prints its links (--web: a dd secret, and\n"
+            "                         its tg://webproxy links: WEB proxy mode must be on)\n"
             "  list                   every user, its state and usage\n"
             "  show NAME [--qr]       one user, its links (--qr: the QR code on the terminal)\n"
             "  set NAME --limit '...' change limits (KEY=VALUE; KEY=none removes one)\n"
@@ -199,7 +200,7 @@ static int jvalue(const char **p, const char *path, struct jflat *f, int depth)
 
 struct cli {
     const char *cmd, *name;
-    int json, qr, dd;
+    int json, qr, dd, web;
     const char *tls, *secret, *limit, *grace, *config;
     char **args;
     int nargs;
@@ -447,6 +448,9 @@ static void print_user(const struct jflat *f, const char *pre, int links, int qr
     if (links) {
         printf("  secret: %s\n", or_dash(J("secret")));
         printf("  link:   %s\n  link:   %s\n", or_dash(J("links.tg")), or_dash(J("links.https")));
+        if (J("links.web_tg")) /* WEB proxy mode is on and the secret is plain or dd */
+            printf("  web:    %s\n  web:    %s\n", J("links.web_tg"),
+                   or_dash(J("links.web_https")));
         if (qr && J("links.https")) {
             if (!qr_available())
                 printf("  (no QR code: this build has no libqrencode)\n");
@@ -574,6 +578,8 @@ static int parse_args(struct cli *c, int argc, char **argv)
             c->json = 1;
         } else if (!strcmp(a, "--dd") && add) {
             c->dd = 1;
+        } else if (!strcmp(a, "--web") && add) {
+            c->web = c->dd = 1; /* a dd secret: what WEB clients carry (plain works too) */
         } else if (!strcmp(a, "--qr") && !strcmp(c->cmd, "show")) {
             c->qr = 1;
         } else if (a[0] == '-' && a[1] == '-' && a[2] && strchr(a, '=')) {
@@ -586,6 +592,9 @@ static int parse_args(struct cli *c, int argc, char **argv)
             return usage_error("unexpected argument '%s'", a);
         }
     }
+    if (c->web && c->tls)
+        return usage_error("%s", "--web and --tls DOMAIN: ee secrets are not WEB secrets (WEB "
+                                 "clients carry plain or dd bytes)");
     if (c->dd && c->tls)
         return usage_error("%s", "--dd and --tls DOMAIN are two kinds: give one");
     if (!strcmp(c->cmd, "set") && !c->limit)
@@ -711,6 +720,12 @@ int usercli_main(int argc, char **argv)
     if ((rc = parse_args(c, argc, argv)) || (rc = cli_load(c, e)))
         goto done;
     const struct options *o = &c->g->opt;
+    if (c->web && !o->web_on) {
+        fprintf(stderr, "mtproxy user add: --web: WEB proxy mode is off in this configuration "
+                        "(set web-listen and web-host: README.md, WEB proxy mode)\n");
+        rc = CLI_USAGE;
+        goto done;
+    }
     const char *method;
     char path[256];
     rc = CLI_FAIL;

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import subprocess
+import urllib.request
 
 from harness import T, free_ports, mtproxy_argv, wait_until
 from test_api import Api, refused, served
@@ -161,3 +162,36 @@ def test_cli_with_the_proxy_stopped(procs, bins, tmp_path):
     assert refused(api.proxy, off) and refused(api.proxy, gone)
     st, d = api("GET", "/users/dave")
     assert st == 200 and d["limits"]["conns"] == 3, d
+
+
+def test_add_web(procs, bins, tmp_path):
+    """`user add --web`: a dd user with its tg://webproxy links (WEB proxy mode on); the API's
+    user and the status page's user carry them; refused with --tls, or with WEB mode off."""
+    wport, mport = free_ports(2)
+    api = Api(procs, tmp_path, extra=f"web-listen = 127.0.0.1:{wport}\n"
+                                     "web-host = proxy.example.com\n"
+                                     f"metrics = 127.0.0.1:{mport}\n")
+    rc, out, err = cli(bins, api, "add", "wendy", "--web")
+    assert rc == 0, (out, err)
+    sec = secret_of(out)
+    assert sec.startswith("dd") and len(sec) == 34, out
+    assert f"web:    tg://webproxy?server=proxy.example.com&secret={sec}" in out, out
+    assert f"web:    https://t.me/webproxy?server=proxy.example.com&secret={sec}" in out, out
+    st, u = api("GET", "/users/wendy")
+    assert st == 200 and u["links"]["web_tg"].startswith("tg://webproxy?"), u
+    assert u["links"]["web_https"] == f"https://t.me/webproxy?server=proxy.example.com&secret={sec}"
+    # the status page's user (its links box shows them)
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/users/wendy", timeout=T(5)) as r:
+        page = json.loads(r.read())["user"]
+    assert page["web_tg"] == u["links"]["web_tg"], page
+    rc, out, err = cli(bins, api, "add", "eve", "--web", "--tls", "example.com")
+    assert rc == 2 and "ee secrets are not WEB secrets" in err, (out, err)
+    rc, out, _ = cli(bins, api, "add", "ed", "--tls", "example.com")
+    assert rc == 0 and "web:" not in out, out  # an ee user: no WEB links
+    assert "web_tg" not in api("GET", "/users/ed")[1]["links"]
+
+    (tmp_path / "off").mkdir()
+    api2 = Api(procs, tmp_path / "off", name="off")
+    rc, out, err = cli(bins, api2, "add", "wes", "--web")
+    assert rc == 2 and "WEB proxy mode is off" in err, (out, err)
+    assert "wes" not in api2.file_text()
