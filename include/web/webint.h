@@ -95,6 +95,11 @@ struct websx *webstream_sx_new(struct webhttp *h, struct websess *s,
  * reading for want of credit or queue room read again. */
 void webstream_resume(struct webhttp *h, struct websx *x);
 
+/* webhttp.c: serves the connected, non-blocking socket fd from src (an IPv6 or IPv4-mapped
+ * address) as if just accepted: every accept goes through it, and so does the fuzz target
+ * (tests/fuzz/fuzz_webhttp.c), which hands in one end of a socketpair. */
+void webhttp_adopt(struct webhttp *h, int fd, const uint8_t src[16]);
+
 /* webhttp.c: answers x's held /down now (a batch if frames wait, else 204 if timeout, else
  * keeps holding), or with the site's 404 if the session is gone (gone set). */
 void webhttp_poll_answer(struct webhttp *h, struct websx *x, int timeout, int gone);

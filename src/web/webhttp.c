@@ -490,16 +490,21 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (fd < 0)
             return;
-        int per = src_trusted(h, src) ? WEB_MAX_CONNS : WEB_MAX_PER_SOURCE;
-        struct httpd_conn *c = httpd_slot_get(h->conns, WEB_MAX_CONNS, per, src);
-        if (c && c->fd >= 0)
-            hconn_close(h, c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        httpd_conn_open(c, loop, fd, src, WEB_READ_TIMEOUT);
+        webhttp_adopt(h, fd, src);
     }
+}
+
+void webhttp_adopt(struct webhttp *h, int fd, const uint8_t src[16])
+{
+    int per = src_trusted(h, src) ? WEB_MAX_CONNS : WEB_MAX_PER_SOURCE;
+    struct httpd_conn *c = httpd_slot_get(h->conns, WEB_MAX_CONNS, per, src);
+    if (c && c->fd >= 0)
+        hconn_close(h, c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    httpd_conn_open(c, h->loop, fd, src, WEB_READ_TIMEOUT);
 }
 
 static void on_retry(struct ev_loop *loop, ev_timer *t, int revents)
