@@ -1,5 +1,6 @@
 """webclient.py: a WEB proxy client for the tests: a local TCP adapter whose connections become
-streams of one WEB session spoken over the https carrier (plain HTTP/1.1 to web-listen)."""
+streams of one WEB session spoken over the https carrier (plain HTTP/1.1 to web-listen, or
+HTTPS to a TLS terminator in front of it when given an ssl.SSLContext)."""
 import base64
 import hashlib
 import hmac
@@ -36,16 +37,19 @@ def frames(body):
     return out
 
 
-def http(addr, method, path, host, headers=None, body=b"", timeout=40):
-    """One request on its own connection (the server closes after each). Returns (status,
-    {lower-case name: value}, body, the raw response bytes)."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+def http(addr, method, path, host, headers=None, body=b"", timeout=40, tls=None):
+    """One request on its own connection (the server closes after each; over TLS with SNI
+    host when tls is an ssl.SSLContext). Returns (status, {lower-case name: value}, body, the
+    raw response bytes)."""
+    # Connection: close: a terminator in front (nginx, HAProxy) would keep the connection open
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
     for k, v in (headers or {}).items():
         lines.append(f"{k}: {v}")
     if body or method in ("POST", "DELETE"):
         lines.append(f"Content-Length: {len(body)}")
     req = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-    with socket.create_connection(addr, timeout=timeout) as s:
+    with socket.create_connection(addr, timeout=timeout) as raw_sock:
+        s = tls.wrap_socket(raw_sock, server_hostname=host) if tls else raw_sock
         s.sendall(req)
         raw = b""
         while True:
@@ -53,6 +57,8 @@ def http(addr, method, path, host, headers=None, body=b"", timeout=40):
             if not d:
                 break
             raw += d
+    if not raw:  # the server (or the terminator) closed without an answer
+        raise ConnectionError(f"{method} {path}: closed without a response")
     head, _, rest = raw.partition(b"\r\n\r\n")
     hl = head.decode("latin-1").split("\r\n")
     status = int(hl[0].split()[1])
@@ -66,9 +72,10 @@ def http(addr, method, path, host, headers=None, body=b"", timeout=40):
 class Session:
     """One WEB session: the bridge page, the bootstrap, the session token."""
 
-    def __init__(self, addr, host, secret_hex):
-        self.addr, self.host = addr, host
-        st, _, page, _ = http(addr, "GET", "/?bridge=" + capability(secret_hex, host), host)
+    def __init__(self, addr, host, secret_hex, tls=None):
+        self.addr, self.host, self.tls = addr, host, tls
+        st, _, page, _ = http(addr, "GET", "/?bridge=" + capability(secret_hex, host), host,
+                              tls=tls)
         assert st == 200, st
         m = re.search(rb'bootstrap="([A-Za-z0-9_-]{43})"', page)
         assert m, page[:300]
@@ -83,7 +90,7 @@ class Session:
         if body:
             hdrs["Content-Type"] = "application/octet-stream"
         hdrs.update(extra or {})
-        return http(self.addr, method, path, self.host, hdrs, body)
+        return http(self.addr, method, path, self.host, hdrs, body, tls=self.tls)
 
     def delete(self):
         return self.post("/api/v1/session", b"", self.token, method="DELETE")
@@ -101,8 +108,8 @@ class Adapter:
     up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
     credit), EOF either way is CLOSE."""
 
-    def __init__(self, web_addr, host, secret_hex):
-        self.sess = Session(web_addr, host, secret_hex)
+    def __init__(self, web_addr, host, secret_hex, tls=None):
+        self.sess = Session(web_addr, host, secret_hex, tls)
         self.lock = threading.Condition()
         self.streams, self.upq, self.next_id = {}, [], 1
         self.seq, self.cursor = 0, 0
@@ -121,11 +128,18 @@ class Adapter:
             self.lock.notify_all()
 
     def _accept(self):
+        """Accepts until abandoned. Only this thread closes the listener: closed from another
+        thread while this one is about to call accept(), its descriptor could be reused by a
+        later test's listener and this thread would take that one's connections."""
+        self.lst.settimeout(0.2)
         while not self.stopped:
             try:
                 c, _ = self.lst.accept()
+            except socket.timeout:
+                continue
             except OSError:
-                return
+                break
+            c.settimeout(None)
             with self.lock:
                 st = Stream(c, self.next_id)
                 self.next_id += 1
@@ -133,6 +147,7 @@ class Adapter:
                 self.upq.append(frame(OPEN, st.id))
                 self.lock.notify_all()
             threading.Thread(target=self._reader, args=(st,), daemon=True).start()
+        self.lst.close()
 
     def _reader(self, st):
         """App bytes up as DATA within the stream's up credit."""
@@ -172,8 +187,13 @@ class Adapter:
             body = b"".join(batch)
             self.seq += 1
             while not self.stopped:
-                st, h, _, _ = self.sess.post("/api/v1/up", body, self.sess.token,
-                                             {"X-Up-Seq": str(self.seq)})
+                try:
+                    st, h, _, _ = self.sess.post("/api/v1/up", body, self.sess.token,
+                                                 {"X-Up-Seq": str(self.seq)})
+                except OSError as e:
+                    if not self.stopped:
+                        self._fail(f"up {self.seq}: {e}")
+                    return
                 if st == 204 and h.get("x-up-ack") == str(self.seq):
                     break
                 if st != 503:
@@ -189,7 +209,8 @@ class Adapter:
                 st, h, body, _ = self.sess.post("/api/v1/down", b"", self.sess.token,
                                                 {"X-Down-Cursor": str(self.cursor)})
             except OSError as e:
-                self._fail(f"down: {e}")
+                if not self.stopped:
+                    self._fail(f"down: {e}")
                 return
             if self.stopped:
                 return
@@ -242,7 +263,3 @@ class Adapter:
         with self.lock:
             self.stopped = True
             self.lock.notify_all()
-        try:
-            self.lst.close()
-        except OSError:
-            pass
