@@ -1,8 +1,9 @@
 """test_web_tls.py: WEB proxy mode behind real TLS terminators, nginx and HAProxy, each with a
 certificate of a test CA, in the test's network namespace: the https carrier through them
 carries test_client's plain and dd MTProxy bytes to the fake DC and back (one stream, and 50
-at once in one session); probes get the ordinary site, the same as a plain visitor through the same terminator. The terminators run
-the README's own snippets (its WEB proxy mode section), on test ports and certificates."""
+at once in one session); probes get the ordinary site, the same as a plain visitor through the
+same terminator. The terminators run the README's own snippets (its WEB proxy mode section), on
+test ports and certificates."""
 import os
 import re
 import shutil
