@@ -209,6 +209,11 @@ struct options {
     int web_carrier;             /* enum opt_web_carrier */
     struct cidr web_trusted[OPT_MAX_ACL]; /* web-trusted-proxies */
     int nweb_trusted;
+    /* The WEB session table's limits (docs/web.md 7; web/weblimits.c has the same defaults) */
+    int web_sessions, web_streams, web_streams_per_session, web_bootstraps;
+    size_t web_pending_session, web_pending_process, web_body_max;
+    int web_session_rate, web_stream_rate, web_bootstrap_rate; /* per minute */
+    unsigned web_bootstrap_ttl_ms, web_grace_ms, web_poll_ms;
 };
 
 /* web-carrier: the carrier every WEB session gets (X-Carrier-Mode; websess_mode's order). */

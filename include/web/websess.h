@@ -56,6 +56,12 @@ struct websess_limits {
 /* Fills l with the contract's defaults (docs/web.md 7). */
 void websess_limits_default(struct websess_limits *l);
 
+struct options;
+
+/* Fills l with the defaults, then the web-* limit keys of opt over them (web-sessions,
+ * web-streams, web-pending-session, ..., web-poll); a rate's burst is at most the rate. */
+void websess_limits_from(const struct options *opt, struct websess_limits *l);
+
 /* What every worker's table shares: the process-wide counts the process limits apply to.
  * Zero it (or websess_shared_init) before the first table uses it. */
 struct websess_shared {

@@ -745,6 +745,47 @@ const struct config_option options_table[] = {
      .arg = "on|off", .help = "Allow a web-listen address that is neither loopback nor "
      "private (refused at start otherwise): browsers would then reach the carrier in plain "
      "HTTP, without the TLS terminator."},
+    {.name = "web-sessions", .type = CFG_INT, .offset = OFF(web_sessions), .def = "128",
+     .min = 1, .max = 1000000, .arg = "N", .help = "WEB: live sessions at most (more are "
+     "answered 503; counted in mtproxy_web_refusals_total{reason=\"sessions\"})."},
+    {.name = "web-streams", .type = CFG_INT, .offset = OFF(web_streams), .def = "4096",
+     .min = 1, .max = 1000000, .arg = "N", .help = "WEB: live streams (client connections) "
+     "at most, all sessions together; an OPEN beyond it is closed at once."},
+    {.name = "web-streams-per-session", .type = CFG_INT, .offset = OFF(web_streams_per_session),
+     .def = "128", .min = 1, .max = 1000000, .arg = "N", .help = "WEB: live streams of one "
+     "session at most."},
+    {.name = "web-pending-session", .type = CFG_SIZE, .offset = OFF(web_pending_session),
+     .def = "32m", .min = 1 << 16, .arg = "BYTES", .help = "WEB: bytes one session may have "
+     "queued, both ways (each queued piece counts 256 bytes more); an /up beyond it is "
+     "answered 503 and the backend is not read."},
+    {.name = "web-pending-process", .type = CFG_SIZE, .offset = OFF(web_pending_process),
+     .def = "512m", .min = 1 << 16, .arg = "BYTES", .help = "WEB: bytes all sessions together "
+     "may have queued."},
+    {.name = "web-bootstraps", .type = CFG_INT, .offset = OFF(web_bootstraps), .def = "512",
+     .min = 1, .max = 1000000, .arg = "N", .help = "WEB: bootstrap tokens (bridge pages "
+     "served, not yet spent or expired) at most."},
+    {.name = "web-session-rate", .type = CFG_INT, .offset = OFF(web_session_rate), .def = "600",
+     .min = 1, .max = 10000000, .arg = "N", .help = "WEB: new sessions per minute (a burst of "
+     "up to 128 at once, or N if less)."},
+    {.name = "web-stream-rate", .type = CFG_INT, .offset = OFF(web_stream_rate), .def = "6000",
+     .min = 1, .max = 10000000, .arg = "N", .help = "WEB: new streams per minute (a burst of "
+     "up to 512, or N if less)."},
+    {.name = "web-bootstrap-rate", .type = CFG_INT, .offset = OFF(web_bootstrap_rate),
+     .def = "1200", .min = 1, .max = 10000000, .arg = "N", .help = "WEB: bridge pages (new "
+     "bootstrap tokens) per minute (a burst of up to 256, or N if less); beyond it a "
+     "capability gets the ordinary site."},
+    {.name = "web-body-max", .type = CFG_SIZE, .offset = OFF(web_body_max), .def = "2m",
+     .min = 1 << 16, .max = 16 << 20, .arg = "BYTES", .help = "WEB: the largest /up body (a "
+     "batch of frames); a larger one is refused."},
+    {.name = "web-bootstrap-ttl", .type = CFG_DURATION, .offset = OFF(web_bootstrap_ttl_ms),
+     .def = "2m", .min = 1000, .arg = "DURATION", .help = "WEB: how long a bootstrap token "
+     "(in the bridge page) may be spent."},
+    {.name = "web-grace", .type = CFG_DURATION, .offset = OFF(web_grace_ms), .def = "2m",
+     .min = 1000, .arg = "DURATION", .help = "WEB: a session with no request for this long is "
+     "ended and its streams' connections closed (the client's reconnect grace)."},
+    {.name = "web-poll", .type = CFG_DURATION, .offset = OFF(web_poll_ms), .def = "25s",
+     .min = 1000, .max = 120000, .arg = "DURATION", .help = "WEB: how long an empty /down is "
+     "held before it is answered 204 (the TLS terminator's read timeout must be longer)."},
     {.name = "workers", .type = CFG_INT, .offset = OFF(workers), .def = "0", .min = 0,
      .max = 256, .arg = "N", .help = "Worker threads, each with its own event loop and "
      "listening sockets (SO_REUSEPORT). 0 = one per CPU core."},

@@ -559,7 +559,7 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     if (h) {
         h->sxmask = 255;
         h->sx = calloc(h->sxmask + 1, sizeof *h->sx);
-        websess_limits_default(&h->lim);
+        websess_limits_from(opt, &h->lim);
         websess_shared_init(&h->shared);
         webstream_hooks(h, &hooks);
         hooks.on_end = on_session_end;

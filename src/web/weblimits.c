@@ -2,6 +2,7 @@
  * process-wide counts, and the names /metrics and X-Carrier-Mode use. */
 #include "web/websess.h"
 
+#include "config/options.h"
 #include "proto/webframe.h"
 
 void websess_limits_default(struct websess_limits *l)
@@ -77,4 +78,28 @@ const char *websess_reason_name(enum websess_reason r)
         [WEBSESS_R_RANDOM] = "random",
     };
     return (unsigned)r < WEBSESS_R_COUNT && names[r] ? names[r] : "other";
+}
+
+void websess_limits_from(const struct options *opt, struct websess_limits *l)
+{
+    websess_limits_default(l);
+    l->sessions = (uint32_t)opt->web_sessions;
+    l->streams = (uint32_t)opt->web_streams;
+    l->streams_per_session = (uint32_t)opt->web_streams_per_session;
+    l->bootstraps = (uint32_t)opt->web_bootstraps;
+    l->pending_session = opt->web_pending_session;
+    l->pending_process = opt->web_pending_process;
+    l->body_bytes = (uint32_t)opt->web_body_max;
+    l->session_rate = (uint32_t)opt->web_session_rate;
+    l->stream_rate = (uint32_t)opt->web_stream_rate;
+    l->bootstrap_rate = (uint32_t)opt->web_bootstrap_rate;
+    l->bootstrap_ms = opt->web_bootstrap_ttl_ms;
+    l->grace_ms = opt->web_grace_ms;
+    l->poll_ms = opt->web_poll_ms;
+    if (l->session_burst > l->session_rate)
+        l->session_burst = l->session_rate;
+    if (l->stream_burst > l->stream_rate)
+        l->stream_burst = l->stream_rate;
+    if (l->bootstrap_burst > l->bootstrap_rate)
+        l->bootstrap_burst = l->bootstrap_rate;
 }

@@ -1,11 +1,13 @@
 """test_web.py: WEB proxy mode's https carrier end to end: test_client's MTProxy bytes through
 our WEB client (webclient.py) over web-listen, to the fake DC and back; what probes get."""
 import os
+import subprocess
 import time
 
 import pytest
 
-from harness import DC_IDS, MEDIA_4_LISTENER, T, assert_ok, free_ports, new_secret, wait_until
+from harness import (DC_IDS, MEDIA_4_LISTENER, T, assert_ok, free_ports, mtproxy_argv,
+                     new_secret, wait_until)
 from webclient import HELLO_FRAME, Adapter, Session, capability, http
 
 HOST = "proxy.example.com"
@@ -184,3 +186,29 @@ def test_metrics(procs):
     assert val(smp, "mtproxy_web_streams") == 0
     assert val(smp, "mtproxy_web_sessions_ended_total", how="closed") == 1
     assert val(smp, "mtproxy_web_sessions_ended_total", how="expired") == 0
+
+
+def test_client_gone_grace_then_cleanup(procs):
+    """A WEB client gone mid-session (no DELETE): its session and its streams' connections live
+    on through web-grace after its last request (2 s here, 2 minutes by default), then are
+    cleaned up; the token then gets the ordinary site. web-grace must exceed web-poll."""
+    w = Web(procs, extra=["--web-grace", "2s", "--web-poll", "1s"])
+    a = Adapter(w.web, HOST, w.plain)
+    mark = w.dc.mark()
+    p = w.procs.client_bg(a.addr, w.plain, "ef", 2, 1000, 1000, "--hold", 30, "--timeout", 60)
+    assert w.dc.wait_line(r"^HEADER listener=2 tag=ef dc=2$", T(10), start=mark)
+    a.abandon()
+    gone = time.monotonic()
+    dmark = w.dc.mark()
+    assert w.dc.wait_line(r"^CLOSED listener=2 reason=go:eof$", T(8), start=dmark)
+    took = time.monotonic() - gone
+    assert took >= 1.5, took  # not before the grace (counted from the last poll's end)
+    st, _, _, raw = a.sess.post("/api/v1/down", b"", a.sess.token, {"X-Down-Cursor": "0"})
+    assert st == 404 and raw == w.visitor("POST", "/api/v1/down")
+    p.stop()
+    r = subprocess.run(mtproxy_argv(procs.bins, "--check-config", "--listen", "127.0.0.1:1",
+                                    "--secret", "a:" + new_secret(), "--web-listen",
+                                    "127.0.0.1:1", "--web-host", HOST, "--web-grace", "20s"),
+                       capture_output=True, text=True, timeout=T(30))
+    assert r.returncode != 0 and "web-grace (20000ms) must be longer than web-poll" in r.stderr, \
+        r.stderr
