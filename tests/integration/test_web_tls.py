@@ -170,3 +170,22 @@ def test_probes_through_tls_get_the_site(term):
     assert bad == term.get("POST", "/api/v1/up")
     st, h, page = term.get("GET", "/?bridge=" + capability(term.w.dd, HOST))
     assert st == 200 and b'bootstrap="' in page and "'nonce-" in h["content-security-policy"]
+
+
+@pytest.mark.parametrize("tag,kind,dc", [("ef", "plain", 2), ("dd", "dd", 4), ("ee", "plain", -3)])
+def test_telethon_through_tls(term, tag, kind, dc):
+    """Telethon's own MTProxy classes (the bytes a real client library sends) through the WEB
+    adapter and the terminator: its req_pq_multi reaches the fake DC and its ResPQ comes back."""
+    import tgprobe
+    secret = term.w.plain if kind == "plain" else term.w.dd
+    a = Adapter(term.addr, HOST, secret, tls=term.tls)
+    mark = term.w.dc.mark()
+    port = int(a.addr.rsplit(":", 1)[1])
+    nonce, res = tgprobe.req_pq_via_proxy(tag, port, secret, dc, timeout=T(10))
+    assert isinstance(res, tgprobe.ResPQ) and res.nonce == nonce, res
+    m = term.w.dc.wait_line(r"^REQ_PQ_MULTI listener=(-?\d+) tag=(\w+) dc=(-?\d+) "
+                            r"nonce=([0-9a-f]{32})$", T(5), start=mark)
+    assert m and m.group(2) == tag and int(m.group(3)) == dc, term.w.dc.lines[mark:]
+    assert m.group(4) == tgprobe.nonce_hex(nonce)
+    assert not a.errors, a.errors
+    a.abandon()
