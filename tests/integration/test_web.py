@@ -212,3 +212,21 @@ def test_client_gone_grace_then_cleanup(procs):
                        capture_output=True, text=True, timeout=T(30))
     assert r.returncode != 0 and "web-grace (20000ms) must be longer than web-poll" in r.stderr, \
         r.stderr
+
+
+def test_lost_and_duplicated_answers(web):
+    """Lost and duplicated /up and /down answers (a third of them): each lost one is asked for
+    again with the same X-Up-Seq or X-Down-Cursor, and the server's replay (an /up applied once,
+    a /down batch byte for byte again) keeps both directions byte-exact."""
+    import random
+    from webclient import LossySession
+    sess = LossySession(web.web, HOST, web.dd, rng=random.Random(7))
+    a = Adapter(web.web, HOST, web.dd, session=sess)
+    bg = [web.procs.client_bg(a.addr, web.dd, "dd", 2, 300000, 500000, name=f"c{i}")
+          for i in range(4)]
+    for p in bg:
+        assert_ok(web.procs.result(p, timeout=60))
+    assert not a.errors, a.errors
+    assert not sess.mismatches, sess.mismatches
+    assert sess.lost >= 3 and sess.duplicated >= 3, (sess.lost, sess.duplicated)
+    a.abandon()

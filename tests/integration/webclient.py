@@ -96,6 +96,33 @@ class Session:
         return self.post("/api/v1/session", b"", self.token, method="DELETE")
 
 
+class LossySession(Session):
+    """A Session whose carrier answers get lost or duplicated on the way, as a flaky network
+    or terminator would do it (rng decides, p each): a lost answer is asked for again with
+    the very same request (its X-Up-Seq or X-Down-Cursor); a duplicated request is sent twice
+    and the second answer used. A replayed /down batch must be byte for byte the first one
+    (checked here: a mismatch is recorded in self.mismatches)."""
+
+    def __init__(self, *args, rng, p=0.3, **kw):
+        self.rng, self.p = rng, p
+        self.lost = self.duplicated = 0
+        self.mismatches = []
+        super().__init__(*args, **kw)
+
+    def post(self, path, body, bearer, extra=None, method="POST"):
+        if path not in ("/api/v1/up", "/api/v1/down") or self.rng.random() >= 2 * self.p:
+            return super().post(path, body, bearer, extra, method)
+        first = super().post(path, body, bearer, extra, method)
+        if self.rng.random() < 0.5:
+            self.lost += 1       # the first answer never arrived: ask again
+        else:
+            self.duplicated += 1  # the request went twice: the second answer is the one seen
+        again = super().post(path, body, bearer, extra, method)
+        if path == "/api/v1/down" and first[0] == 200 and again[2] != first[2]:
+            self.mismatches.append((extra, len(first[2]), len(again[2])))
+        return again
+
+
 class Stream:
     def __init__(self, sock, sid):
         self.sock, self.id = sock, sid
@@ -108,8 +135,8 @@ class Adapter:
     up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
     credit), EOF either way is CLOSE."""
 
-    def __init__(self, web_addr, host, secret_hex, tls=None):
-        self.sess = Session(web_addr, host, secret_hex, tls)
+    def __init__(self, web_addr, host, secret_hex, tls=None, session=None):
+        self.sess = session or Session(web_addr, host, secret_hex, tls)
         self.lock = threading.Condition()
         self.streams, self.upq, self.next_id = {}, [], 1
         self.seq, self.cursor = 0, 0
