@@ -230,3 +230,24 @@ def test_lost_and_duplicated_answers(web):
     assert not sess.mismatches, sess.mismatches
     assert sess.lost >= 3 and sess.duplicated >= 3, (sess.lost, sess.duplicated)
     a.abandon()
+
+
+def test_a_stalled_stream_stalls_no_other(web):
+    """One stream whose app reads 20 kB/s while 8 MiB wait for it, and 20 others in the same
+    session: the others finish while it crawls (its down credit, 4 MiB, runs out and the
+    server stops reading its DC connection; nothing else waits on it)."""
+    a = Adapter(web.web, HOST, web.dd)
+    slow = web.procs.client_bg(a.addr, web.dd, "dd", 2, 1000, 8 << 20, "--slow-read", 20000,
+                               "--timeout", 300, name="slow")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    bg = [web.procs.client_bg(a.addr, web.dd, "dd", 2, 100000, 300000, name=f"c{i}")
+          for i in range(20)]
+    for p in bg:
+        assert_ok(web.procs.result(p, timeout=T(30)))
+    took = time.monotonic() - t0
+    assert slow.alive(), "the slow stream finished: it stalled nothing"
+    assert not a.errors, a.errors
+    print(f"20 streams beside a stalled one: {took:.2f} s")
+    slow.stop()
+    a.abandon()

@@ -128,6 +128,7 @@ class Stream:
         self.sock, self.id = sock, sid
         self.credit = 4 << 20
         self.closed = False
+        self.out = []  # DATA down not yet written to the app (its writer thread's queue)
 
 
 class Adapter:
@@ -256,25 +257,43 @@ class Adapter:
             st = self.streams.get(sid)
         if st is None:
             return
-        if ftype == DATA:
-            try:
-                st.sock.sendall(payload)
-                self._queue(frame(WINDOW, sid, struct.pack(">I", len(payload))))
-            except OSError:
-                pass
+        if ftype in (DATA, CLOSE):  # CLOSE after the DATA before it is written
+            with self.lock:
+                st.out.append(payload if ftype == DATA else None)
+                self.lock.notify_all()
+            if not getattr(st, "writer", None):
+                st.writer = threading.Thread(target=self._writer, args=(st,), daemon=True)
+                st.writer.start()
         elif ftype == WINDOW:
             with self.lock:
                 st.credit += struct.unpack(">I", payload)[0]
                 self.lock.notify_all()
-        elif ftype == CLOSE:
+
+    def _writer(self, st):
+        """DATA down to the app, in order; WINDOW goes up as the app takes it. Each stream has
+        its own writer: an app that does not read stalls only its own stream."""
+        while True:
             with self.lock:
-                st.closed = True
-                self.lock.notify_all()
+                while not st.out and not self.stopped:  # until the CLOSE (None) or abandon
+                    self.lock.wait(1)
+                if not st.out:
+                    return
+                payload = st.out.pop(0)
+                if payload is None:
+                    st.closed = True
+                    self.lock.notify_all()
+            if payload is None:
+                try:
+                    st.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                st.sock.close()
+                return
             try:
-                st.sock.shutdown(socket.SHUT_RDWR)
+                st.sock.sendall(payload)
             except OSError:
-                pass
-            st.sock.close()
+                return
+            self._queue(frame(WINDOW, st.id, struct.pack(">I", len(payload))))
 
     def _fail(self, what):
         self.errors.append(what)
