@@ -209,7 +209,13 @@ class Adapter:
             with self.lock:
                 while not self.upq and not self.stopped:
                     self.lock.wait(1)
-                batch, self.upq = self.upq[:4096], self.upq[4096:]
+                # at most 4096 frames and about 1 MiB: the server refuses a body over 2 MiB
+                n, size = 0, 0
+                while n < len(self.upq) and n < 4096 and \
+                        (n == 0 or size + len(self.upq[n]) <= 1 << 20):
+                    size += len(self.upq[n])
+                    n += 1
+                batch, self.upq = self.upq[:n], self.upq[n:]
             if self.stopped:
                 return
             body = b"".join(batch)
