@@ -121,6 +121,9 @@ void httpd_conn_open(struct httpd_conn *c, struct ev_loop *loop, int fd, const u
 /* Stops c's watchers, closes its socket, drops its body and request: c is a free slot again. */
 void httpd_conn_close(struct httpd_conn *c);
 
+/* Frees slot c but keeps its socket open: returns it, for the caller (a protocol upgrade). */
+int httpd_conn_detach(struct httpd_conn *c);
+
 /* Reads what the socket holds and parses it (at most max_headers headers; a body up to
  * body_max bytes, 0: none), growing c's buffer for a body that outgrows it. Returns HTTP_OK
  * or HTTP_BAD with *rq set (*buf: the request's bytes, rq->consumed of head then the body),

@@ -22,6 +22,7 @@
 #define WEB_SITE_MAX (4u << 20) /* a web-root file served, at most */
 
 struct webstream;
+struct webws;
 
 /* One live session's carrier state beside the table's (found by the session's pointer). */
 struct websx {
@@ -31,6 +32,7 @@ struct websx {
     struct httpd_conn *poll;   /* a held /down, or NULL */
     uint64_t cursor;           /* the held /down's cursor (for its 204) */
     int ready;                 /* frames wait: answer the held /down before the loop sleeps */
+    struct webws *ws;          /* its WebSocket (web-carrier = websocket), or NULL */
     struct websx *next;        /* hash chain */
 };
 
@@ -46,6 +48,8 @@ struct webhttp {
     struct websess_limits lim;
     struct websess_shared shared;
     struct websess_table *t;
+    enum websess_mode mode;          /* the carrier sessions get (web-carrier) */
+    struct webws *wsl;               /* open WebSockets */
     char host[WEBCAP_HOST_MAX + 1];
     char root[OPT_PATH_MAX];
     struct cidr_set trusted;
@@ -94,6 +98,22 @@ struct websx *webstream_sx_new(struct webhttp *h, struct websess *s,
 /* After a /down took frames or acknowledged a batch: the session's streams that stopped
  * reading for want of credit or queue room read again. */
 void webstream_resume(struct webhttp *h, struct websx *x);
+
+/* webws.c: GET /api/v1/ws (docs/web.md 4): a valid upgrade for a websocket session takes c's
+ * socket over (c is a free slot again) and answers 101. 1 if so, 0 for the site. */
+int webws_upgrade(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
+                  const uint8_t *buf);
+
+/* Sends w's session's next batch if nothing is being written. 0, or -1 (w is gone). */
+int webws_flush(struct webws *w);
+
+/* Closes w's socket and frees it (its session lives on). */
+void webws_close(struct webws *w);
+
+/* The next open WebSocket after w (the server's list), and whether w's session has frames to
+ * send (its on_down hook said so). */
+struct webws *webws_next(const struct webws *w);
+int webws_ready(const struct webws *w);
 
 /* webhttp.c: serves the connected, non-blocking socket fd from src (an IPv6 or IPv4-mapped
  * address) as if just accepted: every accept goes through it, and so does the fuzz target

@@ -128,11 +128,20 @@ void httpd_conn_open(struct httpd_conn *c, struct ev_loop *loop, int fd, const u
     ev_timer_start(loop, &c->timer);
 }
 
+int httpd_conn_detach(struct httpd_conn *c)
+{
+    int fd = c->fd;
+    c->fd = -1; /* kept open for the caller */
+    httpd_conn_close(c);
+    return fd;
+}
+
 void httpd_conn_close(struct httpd_conn *c)
 {
     ev_io_stop(c->loop, &c->io);
     ev_timer_stop(c->loop, &c->timer);
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
     c->fd = -1;
     httpd_body_unref(c->body);
     c->body = NULL;

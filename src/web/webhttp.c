@@ -21,11 +21,6 @@ static const struct httpd_limits web_limits = {
     .send_chunk = 256 << 10,
 };
 
-int64_t web_now(void)
-{
-    return (int64_t)(httpd_clock(CLOCK_MONOTONIC) * 1000.0);
-}
-
 static void busy(struct httpd_conn *c)
 {
     web_respond(c, 503, "Retry-After: 1\r\n", "text/plain; charset=utf-8", NULL, 0);
@@ -123,6 +118,11 @@ static void on_kick(struct ev_loop *loop, ev_prepare *p, int revents)
     for (int i = 0; i < WEB_MAX_CONNS; i++)
         if (h->held[i] && h->held[i]->ready)
             poll_run(h, h->held[i]);
+    for (struct webws *w = h->wsl, *next; w; w = next) {
+        next = webws_next(w);
+        if (webws_ready(w))
+            webws_flush(w);
+    }
 }
 
 /* The capabilities of the generation worker 0 serves now: two per plain or dd secret (its 16
@@ -189,7 +189,7 @@ static int serve_bridge(struct webhttp *h, struct httpd_conn *c, const uint8_t *
         return 0;
     struct sbuf out = {.max = 1 << 20};
     struct httpd_body *b = NULL;
-    if (webpage_render(tok, WEBSESS_HTTPS, &out, csp) == 0)
+    if (webpage_render(tok, h->mode, &out, csp) == 0)
         b = httpd_body_of(&out);
     else
         sbuf_free(&out);
@@ -281,7 +281,7 @@ static int api_session(struct webhttp *h, struct httpd_conn *c, const struct htt
     if (rq->content_length > WEB_CREATE_MAX)
         return 0;
     enum websess_result r = websess_create(h->t, rq->bearer, WEBSESS_TOKEN_LEN, body,
-                                           rq->content_length, WEBSESS_HTTPS, web_now(), &s);
+                                           rq->content_length, h->mode, web_now(), &s);
     if (r == WEBSESS_BUSY)
         busy(c);
     if (r != WEBSESS_OK && r != WEBSESS_REPLAY)
@@ -293,8 +293,8 @@ static int api_session(struct webhttp *h, struct httpd_conn *c, const struct htt
     }
     char extra[200];
     snprintf(extra, sizeof extra,
-             "X-Session-Token: %s\r\nX-Carrier-Mode: https\r\nX-Down-Cursor: 0\r\n",
-             websess_token(s));
+             "X-Session-Token: %s\r\nX-Carrier-Mode: %s\r\nX-Down-Cursor: 0\r\n",
+             websess_token(s), websess_mode_name(websess_mode(s)));
     struct httpd_body *b = httpd_body_new((const char *)welcome, sizeof welcome, 0);
     if (b)
         web_respond(c, 200, extra, "application/octet-stream", b, 0);
@@ -310,7 +310,7 @@ static struct websx *carrier_session(struct webhttp *h, const struct http_reques
                                      uint64_t *n)
 {
     struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
-    struct websx *x = s ? webstream_sx(h, s) : NULL;
+    struct websx *x = s && websess_mode(s) == WEBSESS_HTTPS ? webstream_sx(h, s) : NULL;
     if (!x || !rq->content_length != !want_body || header_number(buf, rq, name, n))
         return NULL;
     return x;
@@ -399,6 +399,8 @@ static void serve(struct webhttp *h, struct httpd_conn *c, const struct http_req
     int m = rq->method, done = 0;
     if (!strcmp(p, "/") && (m == HTTP_GET || m == HTTP_HEAD) && !strcasecmp(rq->host, h->host))
         done = serve_bridge(h, c, buf, rq);
+    else if (!strcmp(p, "/api/v1/ws") && h->mode == WEBSESS_WEBSOCKET && !query_of(buf, rq, NULL, 0))
+        done = webws_upgrade(h, c, rq, buf); /* c's socket is the WebSocket's now */
     else if (!strncmp(p, "/api/v1/", 8) && api_ok(h, c, buf, rq)) {
         if (m == HTTP_POST && !strcmp(p + 8, "session"))
             done = api_session(h, c, rq, buf + rq->consumed, &peer);
@@ -428,6 +430,8 @@ static void hconn_read(struct webhttp *h, struct httpd_conn *c)
         httpd_respond_text(c, rq.code, "bad request\n", 0);
     else
         serve(h, c, &rq, buf);
+    if (c->fd < 0) /* upgraded: the slot is free, the socket a WebSocket's */
+        return;
     if (!h->held[slot_of(h, c)] && c->state == HTTPD_READ) /* not holding, not answered yet */
         hconn_send(h, c);
 }
@@ -527,6 +531,8 @@ static void on_session_end(void *ctx, struct websess *s)
     struct websx *x = webstream_sx(h, s);
     if (x && x->poll)
         webhttp_poll_answer(h, x, 0, 1);
+    if (x && x->ws)
+        webws_close(x->ws);
     webstream_end(h, s);
 }
 
@@ -541,6 +547,8 @@ static void web_stop(void *arg)
     ev_timer_stop(h->loop, &h->retry);
     ev_timer_stop(h->loop, &h->sweep);
     ev_prepare_stop(h->loop, &h->kick);
+    while (h->wsl)
+        webws_close(h->wsl);
     websess_table_free(h->t);
     h->t = NULL;
     for (int i = 0; i < WEB_MAX_CONNS; i++)
@@ -577,6 +585,7 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     h->pw = pw;
     h->loop = pw->w->loop;
     h->lfd = lfd;
+    h->mode = opt->web_carrier == WEB_WEBSOCKET ? WEBSESS_WEBSOCKET : WEBSESS_HTTPS;
     webcap_host(opt->web_host, strlen(opt->web_host), h->host, sizeof h->host);
     snprintf(h->root, sizeof h->root, "%s", opt->web_root);
     cidr_set_init(&h->trusted);

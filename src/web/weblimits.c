@@ -1,8 +1,10 @@
 /* weblimits.c: the WEB session table's defaults (the contract's limits, docs/web.md 7), its
- * process-wide counts, and the names /metrics and X-Carrier-Mode use. */
+ * process-wide counts, the names /metrics and X-Carrier-Mode use, and its clock. */
 #include "web/websess.h"
+#include "web/webint.h"
 
 #include "config/options.h"
+#include "http/httpd.h"
 #include "proto/webframe.h"
 
 void websess_limits_default(struct websess_limits *l)
@@ -102,4 +104,10 @@ void websess_limits_from(const struct options *opt, struct websess_limits *l)
         l->stream_burst = l->stream_rate;
     if (l->bootstrap_burst > l->bootstrap_rate)
         l->bootstrap_burst = l->bootstrap_rate;
+}
+
+/* The table's clock (webint.h): milliseconds, monotonic. */
+int64_t web_now(void)
+{
+    return (int64_t)(httpd_clock(CLOCK_MONOTONIC) * 1000.0);
 }

@@ -261,7 +261,7 @@ static void hook_down(void *ctx, struct websess *s)
 {
     struct webhttp *h = ctx;
     struct websx *x = webstream_sx(h, s);
-    if (x && x->poll && !h->stopped) {
+    if (x && (x->poll || x->ws) && !h->stopped) {
         x->ready = 1;
         ev_prepare_start(h->loop, &h->kick);
     }

@@ -251,3 +251,51 @@ def test_a_stalled_stream_stalls_no_other(web):
     print(f"20 streams beside a stalled one: {took:.2f} s")
     slow.stop()
     a.abandon()
+
+
+@pytest.mark.parametrize("kind", ["plain", "dd"])
+def test_websocket_carrier(procs, kind):
+    """web-carrier = websocket: the session says so (X-Carrier-Mode), GET /api/v1/ws with
+    tproxy-v1.<token> upgrades (101, the key's accept, the subprotocol echoed), and binary
+    messages carry test_client's bytes to the fake DC and back, byte for byte; /up and /down
+    are not this session's carrier (the site's answer)."""
+    w = Web(procs, extra=["--web-carrier", "websocket"])
+    secret = w.plain if kind == "plain" else w.dd
+    a = Adapter(w.web, HOST, secret, carrier="websocket")
+    assert a.ws.headers["sec-websocket-protocol"] == "tproxy-v1." + a.sess.token
+    res = w.client(a, "dd" if kind == "dd" else "ef", 1 << 20, 2 << 20, secret, "--expect-dc", 2)
+    assert_ok(res)
+    assert res["up_total"] == 1 << 20 and res["down_total"] == 2 << 20
+    bg = [w.procs.client_bg(a.addr, secret, "ee" if kind == "plain" else "dd", 2, 100000, 300000,
+                            name=f"c{i}") for i in range(10)]
+    for p in bg:
+        assert_ok(w.procs.result(p, timeout=60))
+    assert not a.errors, a.errors
+    st, _, _, raw = a.sess.post("/api/v1/down", b"", a.sess.token, {"X-Down-Cursor": "0"})
+    assert raw == w.visitor("POST", "/api/v1/down")
+    a.abandon()
+
+
+def test_websocket_refusals(procs):
+    """A wrong or missing subprotocol, a bearer, another session's mode, a bad key or version:
+    no upgrade, the site's answer; a client frame that is not masked ends the socket."""
+    from webclient import WebSocket
+    w = Web(procs, extra=["--web-carrier", "websocket"])
+    s = Session(w.web, HOST, w.plain, mode="websocket")
+    page404 = w.visitor("GET", "/api/v1/ws")
+    base = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            "Sec-WebSocket-Protocol": "tproxy-v1." + s.token}
+    for change in ({"Sec-WebSocket-Protocol": "tproxy-v1." + "A" * 43},
+                   {"Sec-WebSocket-Protocol": "chat"}, {"Sec-WebSocket-Version": "8"},
+                   {"Upgrade": "h2c"}, {"Sec-WebSocket-Key": "short"},
+                   {"Authorization": "Bearer " + s.token}):
+        raw = http(w.web, "GET", "/api/v1/ws", HOST, {**base, **change})[3]
+        assert raw == page404, (change, raw[:80])
+    ws = WebSocket(s)
+    assert ws.ok and ws.status == 101
+    assert ws.headers["sec-websocket-accept"]
+    ws.sock.sendall(b"\x82\x01\x00")  # unmasked: the socket ends
+    ws.sock.settimeout(T(5))
+    assert ws.sock.recv(100) == b""
+    ws.close()

@@ -97,8 +97,9 @@ class Terminated:
     """Web() (the proxy, fake DC, plain and dd users) with web-trusted-proxies 127.0.0.1, and
     the terminator `kind` in front of web-listen on `self.addr`, TLS with a test CA."""
 
-    def __init__(self, procs, tmp_path, kind):
-        self.w = Web(procs, extra=["--web-trusted-proxies", "127.0.0.1/32"])
+    def __init__(self, procs, tmp_path, kind, carrier="https"):
+        self.w = Web(procs, extra=["--web-trusted-proxies", "127.0.0.1/32",
+                                   "--web-carrier", carrier])
         d = tmp_path / kind
         d.mkdir()
         self.tls = make_ca(d)
@@ -187,5 +188,21 @@ def test_telethon_through_tls(term, tag, kind, dc):
                             r"nonce=([0-9a-f]{32})$", T(5), start=mark)
     assert m and m.group(2) == tag and int(m.group(3)) == dc, term.w.dc.lines[mark:]
     assert m.group(4) == tgprobe.nonce_hex(nonce)
+    assert not a.errors, a.errors
+    a.abandon()
+
+
+@pytest.mark.parametrize("kind", ["nginx", "haproxy"])
+def test_websocket_through_tls(procs, tmp_path, kind):
+    """web-carrier = websocket behind the terminator: the README's snippet passes the upgrade;
+    ten streams of one session carry their bytes both ways."""
+    t = Terminated(procs, tmp_path, kind, carrier="websocket")
+    a = Adapter(t.addr, HOST, t.w.dd, tls=t.tls, carrier="websocket")
+    res = t.w.client(a, "dd", 1 << 20, 2 << 20, t.w.dd, "--expect-dc", 2)
+    assert_ok(res)
+    bg = [t.w.procs.client_bg(a.addr, t.w.dd, "dd", 2, 100000, 300000, name=f"c{i}")
+          for i in range(10)]
+    for p in bg:
+        assert_ok(t.w.procs.result(p, timeout=T(60)))
     assert not a.errors, a.errors
     a.abandon()

@@ -4,6 +4,7 @@ HTTPS to a TLS terminator in front of it when given an ssl.SSLContext)."""
 import base64
 import hashlib
 import hmac
+import os
 import re
 import socket
 import struct
@@ -72,7 +73,7 @@ def http(addr, method, path, host, headers=None, body=b"", timeout=40, tls=None)
 class Session:
     """One WEB session: the bridge page, the bootstrap, the session token."""
 
-    def __init__(self, addr, host, secret_hex, tls=None):
+    def __init__(self, addr, host, secret_hex, tls=None, mode="https"):
         self.addr, self.host, self.tls = addr, host, tls
         st, _, page, _ = http(addr, "GET", "/?bridge=" + capability(secret_hex, host), host,
                               tls=tls)
@@ -82,7 +83,7 @@ class Session:
         self.bootstrap = m.group(1).decode()
         st, h, body, _ = self.post("/api/v1/session", HELLO_FRAME, self.bootstrap)
         assert st == 200 and body == frame(WELCOME, 0), (st, h, body)
-        assert h["x-carrier-mode"] == "https" and h["x-down-cursor"] == "0", h
+        assert h["x-carrier-mode"] == mode and h["x-down-cursor"] == "0", h
         self.token = h["x-session-token"]
 
     def post(self, path, body, bearer, extra=None, method="POST"):
@@ -94,6 +95,94 @@ class Session:
 
     def delete(self):
         return self.post("/api/v1/session", b"", self.token, method="DELETE")
+
+
+class WebSocket:
+    """A minimal RFC 6455 client socket for the websocket carrier: GET /api/v1/ws with the
+    subprotocol tproxy-v1.<session token>; binary messages (masked, as a client must)."""
+
+    def __init__(self, sess, timeout=40):
+        key = base64.b64encode(os.urandom(16)).decode()
+        raw_sock = socket.create_connection(sess.addr, timeout=timeout)
+        self.sock = sess.tls.wrap_socket(raw_sock, server_hostname=sess.host) if sess.tls \
+            else raw_sock
+        self.sock.sendall((f"GET /api/v1/ws HTTP/1.1\r\nHost: {sess.host}\r\n"
+                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                           f"Sec-WebSocket-Protocol: tproxy-v1.{sess.token}\r\n\r\n").encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            d = self.sock.recv(4096)
+            if not d:
+                raise ConnectionError("websocket: closed before the 101")
+            self.buf += d
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split()[1])
+        self.headers = {k.strip().lower(): v.strip()
+                        for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        want = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC11B85").encode()).digest()).decode()
+        self.ok = self.status == 101 and self.headers.get("sec-websocket-accept") == want
+        self.wlock = threading.Lock()
+
+    def send(self, payload, opcode=2):
+        mask = os.urandom(4)
+        n = len(payload)
+        head = bytes([0x80 | opcode])
+        if n < 126:
+            head += bytes([0x80 | n])
+        elif n < 65536:
+            head += bytes([0x80 | 126]) + struct.pack(">H", n)
+        else:
+            head += bytes([0x80 | 127]) + struct.pack(">Q", n)
+        masked = bytes(b ^ mask[i & 3] for i, b in enumerate(payload)) if n < 4096 else \
+            (int.from_bytes(payload, "big") ^ int.from_bytes((mask * (n // 4 + 1))[:n], "big"))\
+            .to_bytes(n, "big")
+        with self.wlock:
+            self.sock.sendall(head + mask + masked)
+
+    def _need(self, n):
+        while len(self.buf) < n:
+            d = self.sock.recv(65536)
+            if not d:
+                raise ConnectionError("websocket: closed")
+            self.buf += d
+
+    def recv(self):
+        """(opcode, payload) of the next whole message; pings are answered here."""
+        msg, first = b"", None
+        while True:
+            self._need(2)
+            b0, b1 = self.buf[0], self.buf[1]
+            n, k = b1 & 0x7f, 2
+            if n == 126:
+                self._need(4)
+                n, k = struct.unpack(">H", self.buf[2:4])[0], 4
+            elif n == 127:
+                self._need(10)
+                n, k = struct.unpack(">Q", self.buf[2:10])[0], 10
+            assert not b1 & 0x80, "a server frame must not be masked"
+            self._need(k + n)
+            payload, self.buf = self.buf[k:k + n], self.buf[k + n:]
+            op = b0 & 0x0f
+            if op == 0x9:
+                self.send(payload, 0xa)
+                continue
+            if op == 0xa:
+                continue
+            if op == 0x8:
+                return 0x8, payload
+            first = op if first is None else first
+            msg += payload
+            if b0 & 0x80:
+                return first, msg
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
 class LossySession(Session):
@@ -136,8 +225,10 @@ class Adapter:
     up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
     credit), EOF either way is CLOSE."""
 
-    def __init__(self, web_addr, host, secret_hex, tls=None, session=None):
-        self.sess = session or Session(web_addr, host, secret_hex, tls)
+    def __init__(self, web_addr, host, secret_hex, tls=None, session=None, carrier="https"):
+        self.sess = session or Session(web_addr, host, secret_hex, tls, mode=carrier)
+        self.ws = WebSocket(self.sess) if carrier == "websocket" else None
+        assert self.ws is None or self.ws.ok, (self.ws.status, self.ws.headers)
         self.lock = threading.Condition()
         self.streams, self.upq, self.next_id = {}, [], 1
         self.seq, self.cursor = 0, 0
@@ -147,7 +238,8 @@ class Adapter:
         self.lst.bind(("127.0.0.1", 0))
         self.lst.listen(64)
         self.addr = f"127.0.0.1:{self.lst.getsockname()[1]}"
-        for fn in (self._accept, self._uplink, self._downlink):
+        links = (self._uplink_ws, self._downlink_ws) if self.ws else (self._uplink, self._downlink)
+        for fn in (self._accept, *links):
             threading.Thread(target=fn, daemon=True).start()
 
     def _queue(self, f):
@@ -258,6 +350,42 @@ class Adapter:
                 self._down_frame(ftype, sid, payload)
             self.cursor = int(h["x-down-cursor"])
 
+    def _uplink_ws(self):
+        """Every frame queued so far as one binary message (at most about 1 MiB)."""
+        while not self.stopped:
+            with self.lock:
+                while not self.upq and not self.stopped:
+                    self.lock.wait(1)
+                n, size = 0, 0
+                while n < len(self.upq) and (n == 0 or size + len(self.upq[n]) <= 1 << 20):
+                    size += len(self.upq[n])
+                    n += 1
+                batch, self.upq = self.upq[:n], self.upq[n:]
+            if self.stopped:
+                return
+            try:
+                self.ws.send(b"".join(batch))
+            except OSError as e:
+                if not self.stopped:
+                    self._fail(f"ws up: {e}")
+                return
+
+    def _downlink_ws(self):
+        """Binary messages: whole-frame batches, in order."""
+        while not self.stopped:
+            try:
+                op, body = self.ws.recv()
+            except OSError as e:
+                if not self.stopped:
+                    self._fail(f"ws down: {e}")
+                return
+            if op == 0x8:
+                if not self.stopped:
+                    self._fail("ws down: closed by the server")
+                return
+            for ftype, sid, payload in frames(body):
+                self._down_frame(ftype, sid, payload)
+
     def _down_frame(self, ftype, sid, payload):
         with self.lock:
             st = self.streams.get(sid)
@@ -315,3 +443,5 @@ class Adapter:
         with self.lock:
             self.stopped = True
             self.lock.notify_all()
+        if self.ws:
+            self.ws.close()

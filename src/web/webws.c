@@ -1,0 +1,444 @@
+/* webws.c: the websocket carrier (docs/web.md 4, "WebSocket"): GET /api/v1/ws with the one
+ * subprotocol tproxy-v1.<session token> upgrades the request's connection (RFC 6455); then
+ * every binary message from the client is a batch of frames (as an /up body, numbered here),
+ * and every batch the session has to send goes down as one binary message (as a /down answer,
+ * acknowledged once written: the socket is ordered and reliable). Pings keep it alive. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "crypto/crypto.h"
+#include "web/webint.h"
+
+#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+#define WS_HDR_MAX 14
+#define WS_RETRY 0.05 /* seconds: a batch that did not fit the queues is tried again */
+
+struct webws {
+    struct webhttp *h;
+    struct websx *x;
+    int fd;
+    ev_io io;
+    ev_timer timer;      /* pings and silence */
+    ev_timer retry;      /* a message that did not fit (BUSY), tried again */
+    uint8_t *in;         /* received bytes: frames being parsed */
+    size_t in_len, in_cap;
+    uint8_t *msg;        /* the binary message being assembled (fragments) */
+    size_t msg_len, msg_cap;
+    int in_msg;          /* a fragmented message is open */
+    int full;            /* msg is complete but waits for room (BUSY) */
+    uint8_t *out;        /* what is being written */
+    size_t out_len, out_off, out_cap;
+    int issued;          /* out holds a batch: the cursor moves once it is written */
+    uint64_t up_seq, cursor, next;
+    int64_t last_rx, last_tx;
+    int closing;         /* a close frame is queued: the socket ends once it is written */
+    struct webws *prev_, *next_;
+};
+
+static void ws_io(struct ev_loop *loop, ev_io *io, int revents);
+static void ws_tick(struct ev_loop *loop, ev_timer *t, int revents);
+static void ws_retry(struct ev_loop *loop, ev_timer *t, int revents);
+
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n *= 2;
+    uint8_t *q = realloc(*p, n);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+struct webws *webws_next(const struct webws *w)
+{
+    return w->next_;
+}
+
+int webws_ready(const struct webws *w)
+{
+    return w->x && w->x->ready;
+}
+
+void webws_close(struct webws *w)
+{
+    struct webhttp *h = w->h;
+    ev_io_stop(h->loop, &w->io);
+    ev_timer_stop(h->loop, &w->timer);
+    ev_timer_stop(h->loop, &w->retry);
+    close(w->fd);
+    if (w->x)
+        w->x->ws = NULL;
+    if (w->prev_)
+        w->prev_->next_ = w->next_;
+    else
+        h->wsl = w->next_;
+    if (w->next_)
+        w->next_->prev_ = w->prev_;
+    free(w->in);
+    free(w->msg);
+    free(w->out);
+    free(w);
+}
+
+/* Queues one frame of opcode with payload p[0..n) (server frames are not masked). */
+static int queue(struct webws *w, int opcode, const uint8_t *p, size_t n)
+{
+    if (grow(&w->out, &w->out_cap, w->out_len + WS_HDR_MAX + n))
+        return -1;
+    uint8_t *o = w->out + w->out_len;
+    size_t k = 0;
+    o[k++] = (uint8_t)(0x80 | opcode);
+    if (n < 126) {
+        o[k++] = (uint8_t)n;
+    } else if (n < 65536) {
+        o[k++] = 126;
+        o[k++] = (uint8_t)(n >> 8);
+        o[k++] = (uint8_t)n;
+    } else {
+        o[k++] = 127;
+        for (int i = 7; i >= 0; i--)
+            o[k++] = (uint8_t)((uint64_t)n >> (8 * i));
+    }
+    if (n)
+        memcpy(o + k, p, n);
+    w->out_len += k + n;
+    return 0;
+}
+
+/* Writes what is queued. 0, or -1: the socket is gone (w is freed). */
+static int flush_out(struct webws *w)
+{
+    while (w->out_off < w->out_len) {
+        ssize_t k = send(w->fd, w->out + w->out_off, w->out_len - w->out_off, MSG_NOSIGNAL);
+        if (k > 0) {
+            w->out_off += (size_t)k;
+            w->last_tx = web_now();
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ev_io_stop(w->h->loop, &w->io);
+            ev_io_set(&w->io, w->fd, EV_READ | EV_WRITE);
+            ev_io_start(w->h->loop, &w->io);
+            return 0;
+        }
+        webws_close(w);
+        return -1;
+    }
+    w->out_len = w->out_off = 0;
+    if (w->issued) { /* written: the next take acknowledges it */
+        w->cursor = w->next;
+        w->issued = 0;
+    }
+    if (w->closing) {
+        webws_close(w);
+        return -1;
+    }
+    ev_io_stop(w->h->loop, &w->io);
+    if (!w->full) { /* a message waiting for room: nothing more is read meanwhile */
+        ev_io_set(&w->io, w->fd, EV_READ);
+        ev_io_start(w->h->loop, &w->io);
+    }
+    return 0;
+}
+
+/* Sends the session's next batch if nothing is being written. 0, or -1 (w is gone). */
+int webws_flush(struct webws *w)
+{
+    struct webhttp *h = w->h;
+    w->x->ready = 0;
+    if (w->out_len == 0 && !w->closing) {
+        const uint8_t *p;
+        size_t n;
+        enum websess_result r = websess_down(h->t, w->x->s, w->cursor, web_now(), &p, &n,
+                                             &w->next);
+        if (r == WEBSESS_FATAL)
+            return -1; /* the session ended: on_session_end closed w */
+        if ((r == WEBSESS_OK || r == WEBSESS_REPLAY) && n) {
+            if (queue(w, 0x2, p, n)) {
+                webws_close(w);
+                return -1;
+            }
+            w->issued = 1;
+        }
+        webstream_resume(h, w->x);
+    }
+    return w->out_len ? flush_out(w) : 0;
+}
+
+/* A complete binary message: a batch of frames up. 0, 1 (no room: it waits, w->full), or -1
+ * (w is gone). */
+static int take_message(struct webws *w)
+{
+    struct webhttp *h = w->h;
+    int64_t now = web_now();
+    websess_touch(w->x->s, now);
+    enum websess_result r =
+        websess_up(h->t, w->x->s, w->up_seq + 1, w->msg, w->msg_len, now);
+    if (r == WEBSESS_BUSY) { /* no room in the queues: stop reading, try again shortly */
+        w->full = 1;
+        ev_io_stop(h->loop, &w->io);
+        if (w->out_len) {
+            ev_io_set(&w->io, w->fd, EV_WRITE);
+            ev_io_start(h->loop, &w->io);
+        }
+        ev_timer_start(h->loop, &w->retry);
+        return 1;
+    }
+    if (r != WEBSESS_OK && r != WEBSESS_REPLAY) {
+        struct websess *s = w->x->s;
+        webws_close(w);
+        if (r == WEBSESS_REFUSED)
+            websess_close(h->t, s); /* too large: a protocol error here */
+        return -1;
+    }
+    w->up_seq++;
+    w->msg_len = 0;
+    w->full = 0;
+    return 0;
+}
+
+/* One frame at w->in[off..): its length (consumed), 0 (need more), or -1 (w is gone). */
+static long one_frame(struct webws *w, size_t off)
+{
+    uint8_t *b = w->in + off;
+    size_t have = w->in_len - off;
+    if (have < 2)
+        return 0;
+    int fin = b[0] & 0x80, op = b[0] & 0x0f;
+    uint64_t n = b[1] & 0x7f;
+    size_t k = 2;
+    if (n == 126) {
+        if (have < 4)
+            return 0;
+        n = (uint64_t)b[2] << 8 | b[3];
+        k = 4;
+    } else if (n == 127) {
+        if (have < 10)
+            return 0;
+        n = 0;
+        for (int i = 0; i < 8; i++)
+            n = n << 8 | b[2 + i];
+        k = 10;
+    }
+    int bad = !(b[1] & 0x80) || (b[0] & 0x70) || n > w->h->lim.body_bytes ||
+              (op >= 0x8 && (!fin || n > 125)) || (op != 0 && op != 2 && op < 8) || op > 0xa ||
+              (op == 0 && !w->in_msg) || (op == 2 && w->in_msg);
+    if (bad) {
+        webws_close(w); /* a client frame unmasked, reserved bits, text, or out of order */
+        return -1;
+    }
+    if (have < k + 4 + n)
+        return 0;
+    const uint8_t *mask = b + k;
+    uint8_t *pl = b + k + 4;
+    for (uint64_t i = 0; i < n; i++)
+        pl[i] ^= mask[i & 3];
+    long used = (long)(k + 4 + n);
+    w->last_rx = web_now();
+    if (op == 0x8) { /* close: answer it, then end the socket (the session lives on) */
+        w->closing = 1;
+        if (queue(w, 0x8, pl, n >= 2 ? 2 : 0)) {
+            webws_close(w);
+            return -1;
+        }
+        return used;
+    }
+    if (op == 0x9 && queue(w, 0xa, pl, (size_t)n)) {
+        webws_close(w);
+        return -1;
+    }
+    if (op >= 0x8)
+        return used;
+    if (w->msg_len + n > w->h->lim.body_bytes || grow(&w->msg, &w->msg_cap, w->msg_len + n)) {
+        webws_close(w);
+        return -1;
+    }
+    memcpy(w->msg + w->msg_len, pl, (size_t)n);
+    w->msg_len += (size_t)n;
+    w->in_msg = !fin;
+    if (fin && take_message(w) < 0)
+        return -1;
+    return used;
+}
+
+/* Parses what was received; stops at a message waiting for room. 0, or -1 (w is gone). */
+static int parse(struct webws *w)
+{
+    size_t off = 0;
+    while (!w->full && !w->closing) {
+        long k = one_frame(w, off);
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        off += (size_t)k;
+    }
+    memmove(w->in, w->in + off, w->in_len - off);
+    w->in_len -= off;
+    return 0;
+}
+
+static void ws_read(struct webws *w)
+{
+    size_t cap = w->h->lim.body_bytes + WS_HDR_MAX;
+    if (grow(&w->in, &w->in_cap, w->in_len + 65536 < cap ? w->in_len + 65536 : cap)) {
+        webws_close(w);
+        return;
+    }
+    ssize_t k = recv(w->fd, w->in + w->in_len, w->in_cap - w->in_len, 0);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        webws_close(w); /* the client went: the session lives on until its grace */
+        return;
+    }
+    if (k > 0)
+        w->in_len += (size_t)k;
+    if (parse(w) == 0)
+        webws_flush(w);
+}
+
+static void ws_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    (void)loop;
+    struct webws *w = io->data;
+    if ((revents & EV_WRITE) && flush_out(w))
+        return;
+    if (revents & EV_READ)
+        ws_read(w);
+}
+
+static void ws_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    struct webws *w = t->data;
+    if (take_message(w) == 0 && parse(w) == 0 && webws_flush(w) == 0 && !w->out_len) {
+        ev_io_stop(loop, &w->io); /* reading again */
+        ev_io_set(&w->io, w->fd, EV_READ);
+        ev_io_start(loop, &w->io);
+    }
+}
+
+/* Every poll period: a ping when nothing went down for one, the end of the socket after two
+ * of silence; a live socket keeps its session from the grace. */
+static void ws_tick(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop, (void)revents;
+    struct webws *w = t->data;
+    int64_t now = web_now(), period = w->h->lim.poll_ms;
+    if (now - w->last_rx >= 2 * period) {
+        webws_close(w);
+        return;
+    }
+    websess_touch(w->x->s, now);
+    if (now - w->last_tx >= period && w->out_len == 0 && !queue(w, 0x9, NULL, 0))
+        flush_out(w);
+}
+
+/* The Sec-WebSocket-Accept value of key[0..n) into out (28 characters and a NUL). */
+static void accept_of(const char *key, size_t n, char out[29])
+{
+    uint8_t cat[128], dig[20];
+    size_t gl = strlen(WS_GUID);
+    memcpy(cat, key, n);
+    memcpy(cat + n, WS_GUID, gl);
+    crypto_sha1(cat, n + gl, dig);
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < 21; i += 3) {
+        uint32_t v = (uint32_t)dig[i] << 16 | (i + 1 < 20 ? (uint32_t)dig[i + 1] << 8 : 0) |
+                     (i + 2 < 20 ? dig[i + 2] : 0);
+        out[o++] = b64[v >> 18 & 63];
+        out[o++] = b64[v >> 12 & 63];
+        out[o++] = i + 1 < 20 ? b64[v >> 6 & 63] : '=';
+        out[o++] = i + 2 < 20 ? b64[v & 63] : '=';
+    }
+    out[28] = 0;
+}
+
+/* 1 if header name of the request has exactly the value want (case-insensitive), or contains
+ * it as a comma-separated token when list. */
+static int header_is(const uint8_t *buf, const struct http_request *rq, const char *name,
+                     const char *want, int list)
+{
+    const char *v;
+    size_t vn, wl = strlen(want);
+    if (http_header(buf, rq->consumed, name, &v, &vn) != 1)
+        return 0;
+    if (!list)
+        return vn == wl && !strncasecmp(v, want, wl);
+    for (size_t i = 0; i + wl <= vn; i++)
+        if (!strncasecmp(v + i, want, wl) && (i == 0 || v[i - 1] == ',' || v[i - 1] == ' ') &&
+            (i + wl == vn || v[i + wl] == ',' || v[i + wl] == ' '))
+            return 1;
+    return 0;
+}
+
+int webws_upgrade(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
+                  const uint8_t *buf)
+{
+    static const char proto[] = "tproxy-v1.";
+    const char *key, *sp;
+    size_t keyn, spn;
+    if (rq->method != HTTP_GET || strcasecmp(rq->host, h->host) || rq->has_bearer ||
+        rq->content_length || !header_is(buf, rq, "upgrade", "websocket", 0) ||
+        !header_is(buf, rq, "connection", "upgrade", 1) ||
+        !header_is(buf, rq, "sec-websocket-version", "13", 0) ||
+        http_header(buf, rq->consumed, "sec-websocket-key", &key, &keyn) != 1 || keyn != 24 ||
+        http_header(buf, rq->consumed, "sec-websocket-protocol", &sp, &spn) != 1 ||
+        spn != sizeof proto - 1 + WEBSESS_TOKEN_LEN || memcmp(sp, proto, sizeof proto - 1))
+        return 0;
+    struct websess *s = websess_find(h->t, sp + sizeof proto - 1, WEBSESS_TOKEN_LEN);
+    struct websx *x = s ? webstream_sx(h, s) : NULL;
+    if (!x || websess_mode(s) != WEBSESS_WEBSOCKET)
+        return 0;
+    struct webws *w = calloc(1, sizeof *w);
+    char acc[29];
+    if (!w)
+        return 0;
+    accept_of(key, keyn, acc);
+    if (x->ws)
+        webws_close(x->ws); /* a new socket replaces the old one */
+    w->h = h;
+    w->x = x;
+    x->ws = w;
+    w->fd = httpd_conn_detach(c);
+    w->last_rx = w->last_tx = web_now();
+    w->next_ = h->wsl;
+    if (h->wsl)
+        h->wsl->prev_ = w;
+    h->wsl = w;
+    websess_touch(s, w->last_rx);
+    ev_io_init(&w->io, ws_io, w->fd, EV_READ);
+    ev_timer_init(&w->timer, ws_tick, (double)h->lim.poll_ms / 1000.0,
+                  (double)h->lim.poll_ms / 1000.0);
+    ev_timer_init(&w->retry, ws_retry, WS_RETRY, 0);
+    w->io.data = w->timer.data = w->retry.data = w;
+    ev_timer_start(h->loop, &w->timer);
+    char head[320];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n"
+                     "Sec-WebSocket-Protocol: %.*s\r\n\r\n",
+                     acc, (int)spn, sp);
+    if (grow(&w->out, &w->out_cap, (size_t)n)) {
+        webws_close(w);
+        return 1;
+    }
+    memcpy(w->out, head, (size_t)n);
+    w->out_len = (size_t)n;
+    ev_io_start(h->loop, &w->io);
+    if (flush_out(w) == 0)
+        webws_flush(w);
+    return 1;
+}
