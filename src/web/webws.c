@@ -196,11 +196,12 @@ static int take_message(struct webws *w)
         ev_timer_start(h->loop, &w->retry);
         return 1;
     }
-    if (r != WEBSESS_OK && r != WEBSESS_REPLAY) {
+    if (r == WEBSESS_FATAL)
+        return -1; /* the session ended, and with it w (on_session_end) */
+    if (r != WEBSESS_OK && r != WEBSESS_REPLAY) { /* too large: a protocol error here */
         struct websess *s = w->x->s;
         webws_close(w);
-        if (r == WEBSESS_REFUSED)
-            websess_close(h->t, s); /* too large: a protocol error here */
+        websess_close(h->t, s);
         return -1;
     }
     w->up_seq++;
@@ -412,6 +413,11 @@ int webws_upgrade(struct webhttp *h, struct httpd_conn *c, const struct http_req
     w->h = h;
     w->x = x;
     x->ws = w;
+    size_t extra = c->len > rq->consumed ? c->len - rq->consumed : 0; /* sent after the head */
+    if (extra && !grow(&w->in, &w->in_cap, extra)) {
+        memcpy(w->in, buf + rq->consumed, extra);
+        w->in_len = extra;
+    }
     w->fd = httpd_conn_detach(c);
     w->last_rx = w->last_tx = web_now();
     w->next_ = h->wsl;
@@ -438,7 +444,7 @@ int webws_upgrade(struct webhttp *h, struct httpd_conn *c, const struct http_req
     memcpy(w->out, head, (size_t)n);
     w->out_len = (size_t)n;
     ev_io_start(h->loop, &w->io);
-    if (flush_out(w) == 0)
+    if (flush_out(w) == 0 && (!w->in_len || parse(w) == 0))
         webws_flush(w);
     return 1;
 }

@@ -3,8 +3,10 @@
  * "--"; in each, @CAP@ becomes the plain user's capability and @BOOT@ / @SESS@ the bootstrap
  * and session tokens the server gave out earlier in the run, so inputs reach session creation,
  * /up with frames (OPEN makes a connection of the proxy's state machine), /down and DELETE.
- * Every answer must be one HTTP/1.1 response (or none: a request still held when the input
- * ends). Loopback only: the config's DC is 127.0.0.1:1 and the run is in a namespace. */
+ * An input that starts with "WS:" goes to a second server whose carrier is websocket: its
+ * requests may upgrade (GET /api/v1/ws) and go on with WebSocket frames in the same bytes.
+ * Every answer must start as one HTTP/1.1 response (or be none: a request still held when the
+ * input ends). Loopback only: the config's DC is 127.0.0.1:1 and the run is in a namespace. */
 #include <fcntl.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -33,9 +35,11 @@ static struct {
     struct reload rl;
     struct gen *g;
     struct replay *replay;
-    struct worker w;
-    struct proxy_worker pw;
-    struct webhttp *h;
+    struct worker w[2];
+    struct proxy_worker pw[2];
+    struct webhttp *h[2]; /* https, websocket */
+    struct webhttp *cur;
+    struct ev_loop *loop;
     char cap[WEBCAP_LEN + 1];
     char boot[WEBSESS_TOKEN_LEN + 1], sess[WEBSESS_TOKEN_LEN + 1];
 } F;
@@ -65,16 +69,20 @@ static void setup(void)
     struct replay_config rc = {.max_entries = 1024, .window = 0};
     F.replay = replay_new(&rc);
     FUZZ_CHECK(F.replay);
-    FUZZ_CHECK(worker_init(&F.w, 0, NULL, NULL, NULL, NULL) == 0);
-    FUZZ_CHECK(proxy_worker_init(&F.pw, &F.w, F.g, &F.users, F.replay, 1) == 0);
-    /* a listener nobody connects to (an autobound abstract name): requests come in through
-     * webhttp_adopt */
-    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    struct sockaddr_un un = {.sun_family = AF_UNIX};
-    FUZZ_CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&un, sizeof(sa_family_t)) == 0 &&
-               listen(lfd, 1) == 0);
-    F.h = webhttp_new(&F.pw, lfd, &F.g->opt);
-    FUZZ_CHECK(F.h);
+    struct options ws = F.g->opt; /* the same keys, the other carrier (read at start only) */
+    ws.web_carrier = WEB_WEBSOCKET;
+    for (int i = 0; i < 2; i++) {
+        FUZZ_CHECK(worker_init(&F.w[i], i, NULL, NULL, NULL, NULL) == 0);
+        FUZZ_CHECK(proxy_worker_init(&F.pw[i], &F.w[i], F.g, &F.users, F.replay, 1) == 0);
+        /* a listener nobody connects to (an autobound abstract name): requests come in
+         * through webhttp_adopt */
+        int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        struct sockaddr_un un = {.sun_family = AF_UNIX};
+        FUZZ_CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&un, sizeof(sa_family_t)) == 0 &&
+                   listen(lfd, 1) == 0);
+        F.h[i] = webhttp_new(&F.pw[i], lfd, i ? &ws : &F.g->opt);
+        FUZZ_CHECK(F.h[i]);
+    }
     uint8_t key[WEBCAP_SECRET_MAX];
     int n = webcap_secret_bytes(&F.g->opt.secrets[0], key);
     FUZZ_CHECK(n > 0 && webcap_derive(key, (size_t)n, HOST, F.cap) == 0);
@@ -133,7 +141,7 @@ static void one(const uint8_t *req, size_t n)
     int sv[2];
     FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0);
     static const uint8_t src[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1};
-    webhttp_adopt(F.h, sv[0], src);
+    webhttp_adopt(F.cur, sv[0], src);
     size_t off = 0, got = 0;
     int eof = 0;
     for (int round = 0; round < 64 && !eof; round++) {
@@ -142,7 +150,7 @@ static void one(const uint8_t *req, size_t n)
             if (k > 0) /* no half-close after it: the server takes EOF for a client gone */
                 off += (size_t)k;
         }
-        ev_run(F.w.loop, EVRUN_NOWAIT);
+        ev_run(F.loop, EVRUN_NOWAIT);
         for (;;) {
             ssize_t k = read(sv[1], resp + got, sizeof resp - 1 - got);
             if (k > 0 && (got += (size_t)k) < sizeof resp - 1)
@@ -152,7 +160,7 @@ static void one(const uint8_t *req, size_t n)
         }
     }
     close(sv[1]);
-    ev_run(F.w.loop, EVRUN_NOWAIT); /* the server sees the close (a held /down lets go) */
+    ev_run(F.loop, EVRUN_NOWAIT); /* the server sees the close (a held /down lets go) */
     resp[got] = 0;
     if (got) {
         FUZZ_CHECK(got >= 12 && !memcmp(resp, "HTTP/1.1 ", 9));
@@ -171,7 +179,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         setup();
     if (size > 65536)
         return 0;
-    const uint8_t *p = data, *end = data + size;
+    int ws = size >= 3 && !memcmp(data, "WS:", 3);
+    F.cur = F.h[ws];
+    F.loop = F.w[ws].loop;
+    const uint8_t *p = data + (ws ? 3 : 0), *end = data + size;
     for (int i = 0; i < 8 && p <= end; i++) {
         const uint8_t *sep = memmem(p, (size_t)(end - p), "\n--\n", 4);
         one(p, (size_t)((sep ? sep : end) - p));
