@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/web.sh: what WEB proxy mode's https carrier costs the proxy, against dd over TCP in the
-# same run.
+# bench/web.sh: what WEB proxy mode's carriers (https, websocket) cost the proxy, against dd over
+# TCP in the same run.
 #
 #   bench/web.sh [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S] [--sessions N]
 #
@@ -9,7 +9,8 @@
 # (200-byte ping-pong, one in flight) on one connection, first straight to the proxy's listener
 # (dd over TCP), then through bench/web_adapter.py: the tests' WEB client, which turns each
 # local TCP connection into a stream of one WEB session over plain HTTP/1.1 to web-listen (no
-# TLS terminator: what the proxy does is measured, not nginx). The proxy's CPU-s/GB comes from
+# TLS terminator: what the proxy does is measured, not nginx); a proxy per carrier, https then
+# websocket, each with its own dd-over-TCP rows. The proxy's CPU-s/GB comes from
 # its /proc/PID/stat; the round trip includes the adapter (Python, one HTTP request per batch
 # each way), so it says what the chain costs, not the proxy alone. First, on a fresh proxy,
 # bench/web_sessions.py: N sessions made one after another and N OPENs in one session: CPU and
@@ -73,7 +74,7 @@ start_proxy() {
 }
 
 start_adapter() {
-    python3 "$ROOT/bench/web_adapter.py" "127.0.0.1:$WEBPORT" proxy.example.com "dd$K" \
+    python3 "$ROOT/bench/web_adapter.py" "127.0.0.1:$WEBPORT" proxy.example.com "dd$K" "$1" \
         >"$WORK/adapter.out" 2>"$WORK/adapter.err" &
     PIDS+=("$!")
     for _ in $(seq 50); do
@@ -95,19 +96,26 @@ start_proxy
     "$NSESS" >"$WORK/sessions.txt"
 kill "$PROXY_PID"
 wait "$PROXY_PID" 2>/dev/null || true
-start_proxy
-start_adapter
-for r in $(seq "$REPEAT"); do
-    for w in bulk-down bulk-up small; do
-        for via in direct web; do
-            p=$PORT
-            [ "$via" = web ] && p=$APORT
-            timeout 60 "$LOAD" --proxy-port "$p" --dc-port "$DCPORT" --secret "dd$K" \
-                --client dd --workload "$w" --conns 1 --seconds "$SECS" \
-                --proxy-pid "$PROXY_PID" --label "$via" --csv "$WORK/runs.csv" --quiet
+# Per carrier a proxy of its own: dd over TCP and the carrier, interleaved, in the same run.
+for carrier in https websocket; do
+    start_proxy --web-carrier "$carrier"
+    start_adapter "$carrier"
+    for r in $(seq "$REPEAT"); do
+        for w in bulk-down bulk-up small; do
+            for via in direct "$carrier"; do
+                p=$PORT
+                [ "$via" = direct ] || p=$APORT
+                timeout 60 "$LOAD" --proxy-port "$p" --dc-port "$DCPORT" --secret "dd$K" \
+                    --client dd --workload "$w" --conns 1 --seconds "$SECS" \
+                    --proxy-pid "$PROXY_PID" --label "$via" --csv "$WORK/runs.csv" --quiet
+            done
         done
     done
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    PIDS=()
 done
+
 python3 - "$WORK/runs.csv" "$WORK/sessions.txt" "$CSV" "$OUT/web.md" "$REPEAT" <<'PY'
 import csv, statistics, sys
 runs, sess, out_csv, out_md, rep = sys.argv[1:6]
@@ -130,16 +138,18 @@ for line in open(sess):
         k, _, v = tok.partition("=")
         kv[k] = v
 with open(out_md, "w") as f:
-    f.write(f"# WEB proxy mode (https carrier) against dd over TCP, one worker, medians of {rep}\n\n")
+    f.write(f"# WEB proxy mode (https and websocket carriers) against dd over TCP, one worker, "
+            f"medians of {rep}\n\n")
     f.write("| workload | via | MB/s | proxy CPU-s/GB | x dd | RTT p50 us | RTT p99 us |\n")
     f.write("|---|---|---|---|---|---|---|\n")
+    names = {"direct": "dd over TCP", "https": "WEB https", "websocket": "WEB websocket"}
     for wl in ("bulk-down", "bulk-up", "small"):
         base = med(cells[(wl, "direct")], "cpu_s_per_gb")
-        for via in ("direct", "web"):
+        for via in ("direct", "https", "websocket"):
             rs = cells[(wl, via)]
             mbs = med(rs, "mb_s_up" if wl == "bulk-up" else "mb_s_down")
             c = med(rs, "cpu_s_per_gb")
-            f.write(f"| {wl} | {'dd over TCP' if via == 'direct' else 'WEB https'} | {mbs:.1f} "
+            f.write(f"| {wl} | {names[via]} | {mbs:.1f} "
                     f"| {c:.3f} | {c / base:.2f} | {med(rs, 'lat_p50_us'):.0f} "
                     f"| {med(rs, 'lat_p99_us'):.0f} |\n")
     f.write(f"\nSessions ({kv['sessions']} made one after another: bridge page, bootstrap, "
