@@ -104,6 +104,7 @@ class WebSocket:
     def __init__(self, sess, timeout=40):
         key = base64.b64encode(os.urandom(16)).decode()
         raw_sock = socket.create_connection(sess.addr, timeout=timeout)
+        raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sess.tls.wrap_socket(raw_sock, server_hostname=sess.host) if sess.tls \
             else raw_sock
         self.sock.sendall((f"GET /api/v1/ws HTTP/1.1\r\nHost: {sess.host}\r\n"
