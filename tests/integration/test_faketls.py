@@ -227,8 +227,11 @@ def test_ignore_time_serves_stale(procs):
 
 def test_replayed_hello_fronted(env, tmp_path):
     f = str(tmp_path / "hello.bin")
+    dmark = env.dc.mark()
     first = env.client(2, 20000, 20000, "--tls-save-hello", f)
     assert_ok(first)  # the first use is served
+    # its DC's HEADER line read before the marks below (under load the pump can lag behind)
+    assert env.dc.wait_line(r"^HEADER listener=2 ", T(5), start=dmark)
     assert os.path.getsize(f) == first["hello_bytes"]
     for _ in range(2):
         mark = env.dc.mark()
