@@ -155,19 +155,29 @@ static int flush_out(struct webws *w)
     return 0;
 }
 
-/* Sends the session's next batch if nothing is being written. 0, or -1 (w is gone). */
+/* Writes what is pending, then the session's next batches while the socket takes them (frames
+ * queued while a write was pending go out as soon as it completes). 0, or -1 (w is gone). */
 int webws_flush(struct webws *w)
 {
     struct webhttp *h = w->h;
     w->x->ready = 0;
-    if (w->out_len == 0 && !w->closing) {
+    for (;;) {
+        if (w->out_len) {
+            if (flush_out(w))
+                return -1;
+            if (w->out_len)
+                return 0; /* the socket is full: EV_WRITE brings us back */
+        }
+        if (w->closing)
+            return 0;
         const uint8_t *p;
         size_t n;
         enum websess_result r = websess_down(h->t, w->x->s, w->cursor, web_now(), &p, &n,
                                              &w->next);
         if (r == WEBSESS_FATAL)
             return -1; /* the session ended: on_session_end closed w */
-        if ((r == WEBSESS_OK || r == WEBSESS_REPLAY) && n) {
+        int more = (r == WEBSESS_OK || r == WEBSESS_REPLAY) && n;
+        if (more) {
             if (queue(w, 0x2, p, n)) {
                 webws_close(w);
                 return -1;
@@ -175,8 +185,9 @@ int webws_flush(struct webws *w)
             w->issued = 1;
         }
         webstream_resume(h, w->x);
+        if (!more)
+            return 0;
     }
-    return w->out_len ? flush_out(w) : 0;
 }
 
 /* A complete binary message: a batch of frames up. 0, 1 (no room: it waits, w->full), or -1
@@ -335,7 +346,7 @@ static void ws_io(struct ev_loop *loop, ev_io *io, int revents)
 {
     (void)loop;
     struct webws *w = io->data;
-    if ((revents & EV_WRITE) && flush_out(w))
+    if ((revents & EV_WRITE) && webws_flush(w))
         return;
     if (revents & EV_READ)
         ws_read(w);
