@@ -95,8 +95,9 @@ apt_install() {
 setup() {
     arch=$1 triplet=$2 qemu=$3
     need=''
-    command -v "$triplet-gcc" >/dev/null 2>&1 || need="$need gcc-$triplet libc6-dev-$arch-cross"
-    [ -e "/usr/$triplet/lib" ] || need="$need libc6-dev-$arch-cross"
+    # $toolchain (arch_vars): the cross gcc and libc packages, installed here when missing
+    command -v "$triplet-gcc" >/dev/null 2>&1 || need="$need $toolchain"
+    [ -e "/usr/$triplet/lib" ] || need="$need ${toolchain#* }"
     command -v "$qemu" >/dev/null 2>&1 || need="$need qemu-user-static"
     command -v cmake >/dev/null 2>&1 || need="$need cmake"
     command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
@@ -154,13 +155,26 @@ setup() {
     [ -f "$sysroot/.complete" ]
 }
 
-# arch_vars ARCH: sets triplet, qemu, build and cache for ARCH (setup sets sysroot).
+# arch_vars ARCH: sets triplet, qemu, toolchain (Debian's cross gcc, then its libc: what setup
+# installs when missing), build and cache for ARCH (setup sets sysroot).
 arch_vars() {
     case "$1" in
-    armhf) triplet=arm-linux-gnueabihf qemu=qemu-arm-static ;;
-    mipsel) triplet=mipsel-linux-gnu qemu=qemu-mipsel-static ;;
-    arm64) triplet=aarch64-linux-gnu qemu=qemu-aarch64-static ;;
-    s390x) triplet=s390x-linux-gnu qemu=qemu-s390x-static ;;
+    armhf)
+        triplet=arm-linux-gnueabihf qemu=qemu-arm-static
+        toolchain="gcc-arm-linux-gnueabihf libc6-dev-armhf-cross"
+        ;;
+    mipsel)
+        triplet=mipsel-linux-gnu qemu=qemu-mipsel-static
+        toolchain="gcc-mipsel-linux-gnu libc6-dev-mipsel-cross"
+        ;;
+    arm64)
+        triplet=aarch64-linux-gnu qemu=qemu-aarch64-static
+        toolchain="gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+        ;;
+    s390x)
+        triplet=s390x-linux-gnu qemu=qemu-s390x-static
+        toolchain="gcc-s390x-linux-gnu libc6-dev-s390x-cross"
+        ;;
     *)
         log "unknown ARCH '$1' (armhf, mipsel, arm64 or s390x)" >&2
         return 2
