@@ -1,5 +1,5 @@
-/* websess.c: WEB proxy v1 sessions: bootstraps, sessions, streams, up/down queues and limits. */
-#include "web/websess.h"
+/* websess.c: WEB proxy v1 sessions: tokens, bootstraps, sessions, the carriers' up and down. */
+#include "web/websessi.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,87 +7,6 @@
 #include "core/siphash.h"
 #include "crypto/crypto.h"
 #include "proto/webframe.h"
-
-#define RATE_UNIT 60000u /* a token bucket counts in events x ms-per-minute */
-
-/* A queued piece: a whole frame (down) or DATA payload bytes from off on (up). */
-struct item {
-    struct item *next;
-    uint32_t len, off;
-    uint8_t b[];
-};
-
-struct queue {
-    struct item *head, *tail;
-};
-
-struct stream {
-    uint32_t id;
-    uint8_t client_closed;
-    struct webframe_stream st;
-    struct queue up; /* client DATA for the backend */
-};
-
-/* What the token tables chain: bootstraps and sessions start with it. */
-struct entry {
-    struct entry *next;
-    char token[WEBSESS_TOKEN_LEN + 1];
-};
-
-struct boot {
-    struct entry e;
-    int user;
-    uint8_t spent;
-    int64_t expires;
-    struct websess *sess; /* the session it created, while both live */
-};
-
-struct websess {
-    struct entry e;
-    enum websess_mode mode;
-    int user;
-    int64_t last;
-    struct boot *boot;
-    struct webframe_session fs;
-    struct webframe_up up;
-    struct webframe_down down;
-    struct queue downq;
-    uint8_t *batch; /* the issued, unacknowledged batch */
-    size_t batch_len;
-    uint64_t batch_bytes, batch_items; /* the charge its frames carried */
-    struct stream *streams;
-    uint32_t nstreams, cap_streams;
-    uint32_t *closed; /* recently closed ids: linear until full, then a ring */
-    uint32_t nclosed, cap_closed, closed_head;
-    uint64_t pending_bytes, pending_items;
-};
-
-struct bucket {
-    uint64_t tokens;
-    int64_t last;
-};
-
-struct websess_table {
-    struct websess_limits l;
-    struct websess_shared *g;
-    struct websess_hooks h;
-    struct siphash_key key;
-    struct entry **sess, **boots;
-    size_t smask, bmask, nsess, nboot;
-    struct bucket session_rate, stream_rate, boot_rate;
-    struct websess_counters c;
-};
-
-/* Adds add to *c unless the sum passes max. 0, or -1 (unchanged). */
-static int reserve(atomic_size_t *c, size_t add, uint64_t max)
-{
-    size_t was = atomic_fetch_add(c, add);
-    if ((uint64_t)was + add > max) {
-        atomic_fetch_sub(c, add);
-        return -1;
-    }
-    return 0;
-}
 
 /* Takes one event from a bucket of rate per minute and burst at now: 0, or -1. */
 static int bucket_take(struct bucket *b, uint32_t rate, uint32_t burst, int64_t now)
@@ -102,12 +21,6 @@ static int bucket_take(struct bucket *b, uint32_t rate, uint32_t burst, int64_t 
         return -1;
     b->tokens -= RATE_UNIT;
     return 0;
-}
-
-static int refuse(struct websess_table *t, enum websess_reason r)
-{
-    STAT_INC(&t->c.refused[r]);
-    return (int)r;
 }
 
 static size_t pow2_at_least(size_t n)
@@ -213,20 +126,20 @@ struct admit {
  * refusal counted. */
 static void *entry_new(struct websess_table *t, size_t size, const struct admit *a, int64_t now)
 {
-    if (reserve(a->count, 1, a->max) != 0) {
-        refuse(t, a->full);
+    if (wsq_reserve(a->count, 1, a->max) != 0) {
+        wsq_refuse(t, a->full);
         return NULL;
     }
     if (bucket_take(a->b, a->rate, a->burst, now) != 0) {
         atomic_fetch_sub(a->count, 1);
-        refuse(t, a->slow);
+        wsq_refuse(t, a->slow);
         return NULL;
     }
     struct entry *e = calloc(1, size);
     if (!e || mint_token(e->token) != 0) {
         free(e);
         atomic_fetch_sub(a->count, 1);
-        refuse(t, WEBSESS_R_RANDOM);
+        wsq_refuse(t, WEBSESS_R_RANDOM);
         return NULL;
     }
     return e;
@@ -254,197 +167,31 @@ static struct entry *entry_find(struct websess_table *t, struct entry **buckets,
     return found;
 }
 
-/* Whether bytes and items more fit s and the process: -1 if so, else the reason. */
-static int fits(const struct websess_table *t, const struct websess *s, uint64_t bytes,
-                uint64_t items)
-{
-    if (s->pending_bytes + bytes > t->l.pending_session ||
-        s->pending_items + items > t->l.items_session)
-        return WEBSESS_R_PENDING_SESSION;
-    if (atomic_load(&t->g->pending_bytes) + bytes > t->l.pending_process ||
-        atomic_load(&t->g->pending_items) + items > t->l.items_process)
-        return WEBSESS_R_PENDING_PROCESS;
-    return -1;
-}
-
-static void charge(struct websess_table *t, struct websess *s, uint64_t bytes, uint64_t items)
-{
-    s->pending_bytes += bytes;
-    s->pending_items += items;
-    atomic_fetch_add(&t->g->pending_bytes, (size_t)bytes);
-    atomic_fetch_add(&t->g->pending_items, (size_t)items);
-}
-
-static void uncharge(struct websess_table *t, struct websess *s, uint64_t bytes, uint64_t items)
-{
-    s->pending_bytes -= bytes;
-    s->pending_items -= items;
-    atomic_fetch_sub(&t->g->pending_bytes, (size_t)bytes);
-    atomic_fetch_sub(&t->g->pending_items, (size_t)items);
-}
-
-static uint64_t cost(const struct websess_table *t, size_t len)
-{
-    return (uint64_t)len + t->l.item_charge;
-}
-
-static void queue_push(struct queue *q, struct item *it)
-{
-    it->next = NULL;
-    if (q->tail)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
-}
-
-static struct item *queue_pop(struct queue *q)
-{
-    struct item *it = q->head;
-    if (it) {
-        q->head = it->next;
-        if (!q->head)
-            q->tail = NULL;
-    }
-    return it;
-}
-
-/* Frees every item of q and takes their charge off s. */
-static void queue_drop(struct websess_table *t, struct websess *s, struct queue *q)
-{
-    struct item *it;
-    while ((it = queue_pop(q)) != NULL) {
-        uncharge(t, s, cost(t, it->len), 1);
-        free(it);
-    }
-}
-
-static size_t queue_bytes(const struct queue *q)
-{
-    size_t n = 0;
-    for (const struct item *it = q->head; it; it = it->next)
-        n += sizeof *it + it->len;
-    return n;
-}
-
-/* Queues one frame down (charged). force: control frames a limit must not stop. 0, or the
- * refusal reason (counted). */
-static int queue_frame(struct websess_table *t, struct websess *s, uint8_t type, uint32_t stream,
-                       const void *payload, uint32_t len, int force)
-{
-    size_t total = WEBFRAME_HDR_LEN + (size_t)len;
-    int r = force ? -1 : fits(t, s, cost(t, total), 1);
-    if (r >= 0)
-        return refuse(t, (enum websess_reason)r);
-    struct item *it = malloc(sizeof *it + total);
-    if (!it)
-        return refuse(t, WEBSESS_R_PENDING_PROCESS);
-    it->len = (uint32_t)webframe_build(type, stream, payload, len, it->b, total);
-    it->off = 0;
-    charge(t, s, cost(t, total), 1);
-    int was_empty = s->downq.head == NULL;
-    queue_push(&s->downq, it);
-    if (was_empty && t->h.on_down)
-        t->h.on_down(t->h.ctx, s);
-    return 0;
-}
-
-static struct stream *stream_find(const struct websess *s, uint32_t id)
-{
-    for (uint32_t i = 0; i < s->nstreams; i++)
-        if (s->streams[i].id == id)
-            return &s->streams[i];
-    return NULL;
-}
-
-static int closed_has(const struct websess *s, uint32_t id)
-{
-    for (uint32_t i = 0; i < s->nclosed; i++)
-        if (s->closed[i] == id)
-            return 1;
-    return 0;
-}
-
-/* Remembers id as closed; the oldest is forgotten once closed_ids are held. */
-static void closed_add(struct websess_table *t, struct websess *s, uint32_t id)
-{
-    uint32_t max = t->l.closed_ids;
-    if (max == 0)
-        return;
-    if (s->nclosed == s->cap_closed && s->cap_closed < max) {
-        uint32_t cap = s->cap_closed ? s->cap_closed * 2 : 8;
-        if (cap > max)
-            cap = max;
-        uint32_t *p = realloc(s->closed, cap * sizeof *p);
-        if (p) {
-            s->closed = p;
-            s->cap_closed = cap;
-        }
-    }
-    if (s->nclosed < s->cap_closed) {
-        s->closed[s->nclosed++] = id;
-    } else if (s->cap_closed) {
-        s->closed[s->closed_head] = id;
-        s->closed_head = (s->closed_head + 1) % s->cap_closed;
-    }
-}
-
-/* Adds a live stream id (room checked by the caller). NULL if out of memory. */
-static struct stream *stream_add(struct websess *s, uint32_t id)
-{
-    if (s->nstreams == s->cap_streams) {
-        uint32_t cap = s->cap_streams ? s->cap_streams * 2 : 4;
-        struct stream *p = realloc(s->streams, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        s->streams = p;
-        s->cap_streams = cap;
-    }
-    struct stream *st = &s->streams[s->nstreams++];
-    memset(st, 0, sizeof *st);
-    st->id = id;
-    return st;
-}
-
-/* Forgets stream st of s (its queue dropped, its id remembered as closed). */
-static void stream_remove(struct websess_table *t, struct websess *s, struct stream *st)
-{
-    queue_drop(t, s, &st->up);
-    closed_add(t, s, st->id);
-    atomic_fetch_sub(&t->g->streams, 1);
-    *st = s->streams[--s->nstreams];
-    if (s->nstreams == 0) {
-        free(s->streams);
-        s->streams = NULL;
-        s->cap_streams = 0;
-    }
-}
-
 /* An OPEN from the client: a live stream, or (a limit) CLOSE down and the session lives on.
  * 0, or -1 for a protocol error. */
 static int stream_open(struct websess_table *t, struct websess *s, const struct webframe *f,
                        int64_t now)
 {
-    if (stream_find(s, f->stream) || closed_has(s, f->stream))
+    if (wsq_stream_find(s, f->stream) || wsq_closed_has(s, f->stream))
         return -1; /* an id used again */
     int r = -1;
     if (s->nstreams >= t->l.streams_per_session)
         r = WEBSESS_R_STREAMS_SESSION;
-    else if (reserve(&t->g->streams, 1, t->l.streams) != 0)
+    else if (wsq_reserve(&t->g->streams, 1, t->l.streams) != 0)
         r = WEBSESS_R_STREAMS;
     else if (bucket_take(&t->stream_rate, t->l.stream_rate, t->l.stream_burst, now) != 0) {
         atomic_fetch_sub(&t->g->streams, 1);
         r = WEBSESS_R_STREAM_RATE;
     }
-    struct stream *st = r < 0 ? stream_add(s, f->stream) : NULL;
+    struct stream *st = r < 0 ? wsq_stream_add(s, f->stream) : NULL;
     if (r < 0 && !st) {
         atomic_fetch_sub(&t->g->streams, 1);
         r = WEBSESS_R_STREAMS_SESSION;
     }
     if (r >= 0) {
-        refuse(t, (enum websess_reason)r);
-        closed_add(t, s, f->stream);
-        queue_frame(t, s, WEBFRAME_CLOSE, f->stream, NULL, 0, 1);
+        wsq_refuse(t, (enum websess_reason)r);
+        wsq_closed_add(t, s, f->stream);
+        wsq_queue_frame(t, s, WEBFRAME_CLOSE, f->stream, NULL, 0, 1);
         return 0;
     }
     webframe_stream_step(&st->st, f, WEBFRAME_UP);
@@ -457,10 +204,10 @@ static int stream_open(struct websess_table *t, struct websess *s, const struct 
 /* A stream frame other than OPEN from the client. 0, or -1 for a protocol error. */
 static int stream_frame(struct websess_table *t, struct websess *s, const struct webframe *f)
 {
-    struct stream *st = stream_find(s, f->stream);
+    struct stream *st = wsq_stream_find(s, f->stream);
     if (!st) {
         struct webframe_stream gone = {0};
-        if (closed_has(s, f->stream))
+        if (wsq_closed_has(s, f->stream))
             gone.state = WEBFRAME_STREAM_CLOSED;
         return webframe_stream_step(&gone, f, WEBFRAME_UP) == WEBFRAME_FATAL ? -1 : 0;
     }
@@ -475,9 +222,9 @@ static int stream_frame(struct websess_table *t, struct websess *s, const struct
         memcpy(it->b, f->payload, f->len);
         it->len = f->len;
         it->off = 0;
-        charge(t, s, cost(t, f->len), 1);
+        wsq_charge(t, s, wsq_cost(t, f->len), 1);
         STAT_ADD(&t->c.bytes_up, f->len);
-        queue_push(&st->up, it);
+        wsq_queue_push(&st->up, it);
         if (t->h.on_up)
             t->h.on_up(t->h.ctx, s, id);
     } else if (f->type == WEBFRAME_WINDOW) {
@@ -548,7 +295,7 @@ static struct boot *boot_live(struct websess_table *t, const char *tok, size_t n
 {
     struct boot *b = (struct boot *)entry_find(t, t->boots, t->bmask, tok, n);
     if (!b || now >= b->expires) {
-        refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
+        wsq_refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
         return NULL;
     }
     return b;
@@ -561,7 +308,7 @@ enum websess_result websess_bootstrap_spend(struct websess_table *t, const char 
     if (!b)
         return WEBSESS_REFUSED;
     if (b->spent) {
-        refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
+        wsq_refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
         return WEBSESS_REFUSED;
     }
     b->spent = 1;
@@ -586,10 +333,10 @@ static void session_end(struct websess_table *t, struct websess *s)
         t->h.on_end(t->h.ctx, s);
     session_unlink(t, s);
     while (s->nstreams)
-        stream_remove(t, s, &s->streams[s->nstreams - 1]);
-    queue_drop(t, s, &s->downq);
+        wsq_stream_remove(t, s, &s->streams[s->nstreams - 1]);
+    wsq_queue_drop(t, s, &s->downq);
     if (s->batch)
-        uncharge(t, s, s->batch_bytes, s->batch_items);
+        wsq_uncharge(t, s, s->batch_bytes, s->batch_items);
     free(s->batch);
     free(s->closed);
     if (s->boot)
@@ -602,7 +349,7 @@ static void session_end(struct websess_table *t, struct websess *s)
 
 static void session_fatal(struct websess_table *t, struct websess *s)
 {
-    refuse(t, WEBSESS_R_PROTOCOL);
+    wsq_refuse(t, WEBSESS_R_PROTOCOL);
     session_end(t, s);
 }
 
@@ -651,12 +398,12 @@ enum websess_result websess_create(struct websess_table *t, const char *tok, siz
     if (!b)
         return WEBSESS_REFUSED;
     if (!is_hello(body, blen)) {
-        refuse(t, WEBSESS_R_HELLO);
+        wsq_refuse(t, WEBSESS_R_HELLO);
         return WEBSESS_REFUSED;
     }
     if (b->spent) {
         if (!b->sess) {
-            refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
+            wsq_refuse(t, WEBSESS_R_BOOTSTRAP_UNKNOWN);
             return WEBSESS_REFUSED;
         }
         *out = b->sess;
@@ -718,10 +465,10 @@ struct websess_swept websess_sweep(struct websess_table *t, int64_t now)
 
 size_t websess_bytes(const struct websess *s)
 {
-    size_t n = sizeof *s + s->batch_len + queue_bytes(&s->downq);
+    size_t n = sizeof *s + s->batch_len + wsq_queue_bytes(&s->downq);
     n += (size_t)s->cap_streams * sizeof *s->streams + (size_t)s->cap_closed * sizeof *s->closed;
     for (uint32_t i = 0; i < s->nstreams; i++)
-        n += queue_bytes(&s->streams[i].up);
+        n += wsq_queue_bytes(&s->streams[i].up);
     return n;
 }
 
@@ -734,7 +481,7 @@ static void up_need(const struct websess_table *t, const uint8_t *body, size_t n
     for (size_t off = 0; off < n; off += f.total) {
         webframe_parse(body + off, n - off, t->l.frame_payload, &f, NULL);
         if (f.type == WEBFRAME_DATA) {
-            *bytes += cost(t, f.len);
+            *bytes += wsq_cost(t, f.len);
             *items += 1;
         }
     }
@@ -757,7 +504,7 @@ enum websess_result websess_up(struct websess_table *t, struct websess *s, uint6
                                const uint8_t *body, size_t n, int64_t now)
 {
     if (n > t->l.body_bytes) {
-        refuse(t, WEBSESS_R_BODY);
+        wsq_refuse(t, WEBSESS_R_BODY);
         return WEBSESS_REFUSED;
     }
     uint8_t digest[32];
@@ -775,9 +522,9 @@ enum websess_result websess_up(struct websess_table *t, struct websess *s, uint6
         return WEBSESS_REPLAY;
     uint64_t bytes, items;
     up_need(t, body, n, &bytes, &items);
-    int r = fits(t, s, bytes, items);
+    int r = wsq_fits(t, s, bytes, items);
     if (r >= 0) {
-        refuse(t, (enum websess_reason)r);
+        wsq_refuse(t, (enum websess_reason)r);
         return WEBSESS_BUSY;
     }
     struct webframe f;
@@ -794,7 +541,7 @@ enum websess_result websess_up(struct websess_table *t, struct websess *s, uint6
 
 int websess_stream_up(const struct websess *s, uint32_t stream, const uint8_t **p, size_t *n)
 {
-    const struct stream *st = stream_find(s, stream);
+    const struct stream *st = wsq_stream_find(s, stream);
     if (!st)
         return -1;
     const struct item *it = st->up.head;
@@ -823,19 +570,19 @@ static void window_down(struct websess_table *t, struct websess *s, struct strea
         }
     }
     uint8_t d[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
-    queue_frame(t, s, WEBFRAME_WINDOW, st->id, d, 4, 1);
+    wsq_queue_frame(t, s, WEBFRAME_WINDOW, st->id, d, 4, 1);
 }
 
 int websess_stream_written(struct websess_table *t, struct websess *s, uint32_t stream, size_t n)
 {
-    struct stream *st = stream_find(s, stream);
+    struct stream *st = wsq_stream_find(s, stream);
     struct item *it = st ? st->up.head : NULL;
     if (!it || n == 0 || n > it->len - it->off)
         return -1;
     it->off += (uint32_t)n;
     if (it->off == it->len) {
-        queue_pop(&st->up);
-        uncharge(t, s, cost(t, it->len), 1);
+        wsq_queue_pop(&st->up);
+        wsq_uncharge(t, s, wsq_cost(t, it->len), 1);
         free(it);
     }
     if (st->st.state == WEBFRAME_STREAM_LIVE)
@@ -845,14 +592,14 @@ int websess_stream_written(struct websess_table *t, struct websess *s, uint32_t 
 
 uint32_t websess_stream_credit(const struct websess *s, uint32_t stream)
 {
-    const struct stream *st = stream_find(s, stream);
+    const struct stream *st = wsq_stream_find(s, stream);
     return st && st->st.state == WEBFRAME_STREAM_LIVE ? st->st.down_credit : 0;
 }
 
 size_t websess_send(struct websess_table *t, struct websess *s, uint32_t stream,
                     const uint8_t *data, size_t len)
 {
-    struct stream *st = stream_find(s, stream);
+    struct stream *st = wsq_stream_find(s, stream);
     if (!st || st->st.state != WEBFRAME_STREAM_LIVE)
         return 0;
     size_t done = 0;
@@ -862,7 +609,7 @@ size_t websess_send(struct websess_table *t, struct websess *s, uint32_t stream,
             k = (uint32_t)(len - done);
         if (k > st->st.down_credit)
             k = st->st.down_credit;
-        if (queue_frame(t, s, WEBFRAME_DATA, stream, data + done, k, 0) != 0)
+        if (wsq_queue_frame(t, s, WEBFRAME_DATA, stream, data + done, k, 0) != 0)
             break;
         webframe_credit_take(&st->st.down_credit, k);
         done += k;
@@ -873,12 +620,12 @@ size_t websess_send(struct websess_table *t, struct websess *s, uint32_t stream,
 
 void websess_stream_end(struct websess_table *t, struct websess *s, uint32_t stream)
 {
-    struct stream *st = stream_find(s, stream);
+    struct stream *st = wsq_stream_find(s, stream);
     if (!st)
         return;
     if (!st->client_closed)
-        queue_frame(t, s, WEBFRAME_CLOSE, stream, NULL, 0, 1);
-    stream_remove(t, s, st);
+        wsq_queue_frame(t, s, WEBFRAME_CLOSE, stream, NULL, 0, 1);
+    wsq_stream_remove(t, s, st);
 }
 
 /* Moves queued frames into a new batch (up to the batch target and WEBFRAME_MAX_BATCH frames,
@@ -899,10 +646,10 @@ static int batch_build(struct websess_table *t, struct websess *s)
     s->batch_len = len;
     s->batch_bytes = s->batch_items = 0;
     for (size_t i = 0; i < k; i++) {
-        struct item *it = queue_pop(&s->downq);
+        struct item *it = wsq_queue_pop(&s->downq);
         memcpy(p, it->b, it->len);
         p += it->len;
-        s->batch_bytes += cost(t, it->len);
+        s->batch_bytes += wsq_cost(t, it->len);
         s->batch_items++;
         free(it);
     }
@@ -927,7 +674,7 @@ enum websess_result websess_down(struct websess_table *t, struct websess *s, uin
         return WEBSESS_REPLAY;
     }
     if (s->batch) { /* acknowledged */
-        uncharge(t, s, s->batch_bytes, s->batch_items);
+        wsq_uncharge(t, s, s->batch_bytes, s->batch_items);
         free(s->batch);
         s->batch = NULL;
         s->batch_len = 0;
