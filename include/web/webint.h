@@ -24,15 +24,22 @@
 struct webstream;
 struct webws;
 
+/* A held /down (one per connection slot): its session, lane and cursor. */
+struct webpoll {
+    struct websx *x;         /* NULL: the slot holds no poll */
+    uint32_t lane;
+    uint64_t cursor;         /* for its 204 */
+    int ready;               /* frames wait: answered before the loop sleeps */
+    struct webpoll *next;    /* x's held polls */
+};
+
 /* One live session's carrier state beside the table's (found by the session's pointer). */
 struct websx {
     struct websess *s;
     struct sock_addr peer;     /* the client's address (its last request) */
     struct webstream *streams; /* its streams' sockets */
-    struct httpd_conn *poll;   /* a held /down, or NULL */
-    uint64_t cursor;           /* the held /down's cursor (for its 204) */
-    int ready;                 /* frames wait: answer the held /down before the loop sleeps */
-    struct webws *ws;          /* its WebSocket (web-carrier = websocket), or NULL */
+    struct webpoll *polls;     /* its held /downs (one per lane at most) */
+    struct webws *ws;          /* its WebSockets (one, or one per lane), or NULL */
     struct websx *next;        /* hash chain */
 };
 
@@ -43,7 +50,8 @@ struct webhttp {
     ev_io lio;
     ev_timer retry;  /* accepting again after running out of descriptors */
     ev_timer sweep;  /* once a second: websess_sweep */
-    ev_prepare kick; /* held polls whose session has frames: answered before the loop sleeps */
+    ev_prepare kick; /* held polls whose lane has frames: answered before the loop sleeps */
+    ev_idle idle;    /* more of them than one kick's passes served: the loop must not sleep */
     int stopped;
     struct websess_limits lim;
     struct websess_shared shared;
@@ -65,7 +73,7 @@ struct webhttp {
     unsigned closed_head;
     uint8_t rbuf[WEBFRAME_DATA_CHUNK]; /* a stream's socket read */
     struct httpd_conn conns[WEB_MAX_CONNS];
-    struct websx *held[WEB_MAX_CONNS]; /* per slot: the session whose /down it holds */
+    struct webpoll polls[WEB_MAX_CONNS]; /* per slot: the /down it holds */
 };
 
 /* The table's clock: milliseconds, monotonic. */
@@ -80,8 +88,8 @@ void web_respond(struct httpd_conn *c, int code, const char *extra, const char *
  * visitor gets for them: a file of root or the built-in page, else the 404 page). */
 void website_answer(const struct webhttp *h, struct httpd_conn *c, int method, const char *path);
 
-/* webstream.c: the session hooks the table calls, with h as their ctx (on_end excepted: the
- * server's own, which answers a held /down, then calls webstream_end). */
+/* webstream.c: the session hooks the table calls, with h as their ctx (on_end and on_down
+ * excepted: the server's own, which answer held /downs and wake WebSockets). */
 void webstream_hooks(struct webhttp *h, struct websess_hooks *out);
 
 /* The session s ends: its streams' sockets close (their connections end) and its carrier
@@ -99,29 +107,37 @@ struct websx *webstream_sx_new(struct webhttp *h, struct websess *s,
  * reading for want of credit or queue room read again. */
 void webstream_resume(struct webhttp *h, struct websx *x);
 
-/* webws.c: GET /api/v1/ws (docs/web.md 4): a valid upgrade for a websocket session takes c's
- * socket over (c is a free slot again) and answers 101. 1 if so, 0 for the site. */
+/* webws.c: GET /api/v1/ws (docs/web.md 4): a valid upgrade for a websocket session
+ * (tproxy-v1.TOKEN) or one stream of a websocket-lanes session (tproxy-lane-v1.TOKEN.N) takes
+ * c's socket over (c is a free slot again) and answers 101. 1 if so, 0 for the site. */
 int webws_upgrade(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
                   const uint8_t *buf);
 
-/* Sends w's session's next batch if nothing is being written. 0, or -1 (w is gone). */
+/* Sends w's lane's next batch if nothing is being written. 0, or -1 (w is gone). */
 int webws_flush(struct webws *w);
 
-/* Closes w's socket and frees it (its session lives on). */
+/* Closes w's socket and frees it. Its session lives on; a lane's WebSocket that ends before
+ * its lane did takes the lane and its stream with it (websess_lane_drop). */
 void webws_close(struct webws *w);
 
-/* The next open WebSocket after w (the server's list), and whether w's session has frames to
- * send (its on_down hook said so). */
+/* The session ends: each of x's WebSockets closes (without touching the session). */
+void webws_close_all(struct websx *x);
+
+/* The next open WebSocket after w (the server's list), and whether w's lane has frames to
+ * send (the on_down hook said so: webws_mark). */
 struct webws *webws_next(const struct webws *w);
 int webws_ready(const struct webws *w);
+
+/* Frames wait on lane of x: its WebSocket (if any) is marked ready. 1 if one was. */
+int webws_mark(struct websx *x, uint32_t lane);
 
 /* webhttp.c: serves the connected, non-blocking socket fd from src (an IPv6 or IPv4-mapped
  * address) as if just accepted: every accept goes through it, and so does the fuzz target
  * (tests/fuzz/fuzz_webhttp.c), which hands in one end of a socketpair. */
 void webhttp_adopt(struct webhttp *h, int fd, const uint8_t src[16]);
 
-/* webhttp.c: answers x's held /down now (a batch if frames wait, else 204 if timeout, else
- * keeps holding), or with the site's 404 if the session is gone (gone set). */
-void webhttp_poll_answer(struct webhttp *h, struct websx *x, int timeout, int gone);
+/* webhttp.c: answers the held /down p now (a batch if frames wait, else 204 if timeout,
+ * else keeps holding), or with the site's 404 if the session is gone (gone set). */
+void webhttp_poll_answer(struct webhttp *h, struct webpoll *p, int timeout, int gone);
 
 #endif

@@ -120,6 +120,7 @@ enum websess_result {
     WEBSESS_OK = 0,      /* done (a fresh answer) */
     WEBSESS_REPLAY = 1,  /* an exact retry: answer as before, nothing applied */
     WEBSESS_WAIT = 2,    /* /down: nothing to send yet: hold the poll, then 204 */
+    WEBSESS_GONE = 3,    /* /down: the lane is closed and delivered: 204 with X-Lane-Closed: 1 */
     WEBSESS_REFUSED = -1, /* unknown or malformed: the site's 404 */
     WEBSESS_BUSY = -2,   /* a limit or rate: 503 with Retry-After: 1, nothing changed */
     WEBSESS_FATAL = -3   /* a protocol error: the session is gone (404) */
@@ -137,7 +138,7 @@ struct websess_hooks {
     void (*on_up)(void *ctx, struct websess *s, uint32_t stream);     /* client bytes queued */
     void (*on_window)(void *ctx, struct websess *s, uint32_t stream); /* down credit returned */
     void (*on_close)(void *ctx, struct websess *s, uint32_t stream);  /* the client closed it */
-    void (*on_down)(void *ctx, struct websess *s);                    /* frames wait to go down */
+    void (*on_down)(void *ctx, struct websess *s, uint32_t lane);     /* frames wait to go down */
     void (*on_end)(void *ctx, struct websess *s);                     /* the session ends */
 };
 
@@ -185,23 +186,42 @@ int websess_user(const struct websess *s);
 /* Records carrier activity at now (a request began or ended): the idle grace counts from it. */
 void websess_touch(struct websess *s, int64_t now);
 
-/* POST /api/v1/up with X-Up-Seq seq and body[0..n). WEBSESS_OK: every frame was valid and is
- * applied (X-Up-Ack: seq). WEBSESS_REPLAY: the last committed seq with the same bytes again
- * (acknowledge, apply nothing). WEBSESS_BUSY: the body's DATA would pass a pending limit
- * (nothing applied, seq not committed). WEBSESS_REFUSED: a body above the body limit (nothing
- * changed). WEBSESS_FATAL: a gap, an old seq, other bytes, or an invalid frame: the session is
- * ended and freed (s is gone). Counted when not OK or REPLAY. */
-enum websess_result websess_up(struct websess_table *t, struct websess *s, uint64_t seq,
-                               const uint8_t *body, size_t n, int64_t now);
+/* Lanes (docs/web.md 4): every /up and /down names a lane. Lane 0 is the session's: all of
+ * its frames in the https and websocket carriers, session frames only (PONG) in the lanes
+ * carriers (https-lanes, websocket-lanes), where stream N's frames go up and down on lane N
+ * alone, with its own X-Up-Seq and X-Down-Cursor from 1 and 0; a new lane's first frame is its
+ * OPEN, and a lane ends once its stream is gone and every frame of it was acknowledged. In the
+ * https and websocket carriers a lane other than 0 is refused. */
 
-/* POST /api/v1/down with X-Down-Cursor cursor. WEBSESS_OK: a new batch *p[0..*n) numbered
- * *next (the frames queued, up to the batch target and WEBFRAME_MAX_BATCH frames); the table
- * keeps its bytes until the next cursor acknowledges it. WEBSESS_REPLAY: the unacknowledged
- * batch again, byte for byte, with its cursor in *next. WEBSESS_WAIT: nothing queued (hold the
- * poll; *next is the cursor to answer 204 with). WEBSESS_FATAL: any other cursor: the session
- * is ended and freed. *p stays valid until the next call on s. */
-enum websess_result websess_down(struct websess_table *t, struct websess *s, uint64_t cursor,
-                                 int64_t now, const uint8_t **p, size_t *n, uint64_t *next);
+/* POST /api/v1/up on lane with X-Up-Seq seq and body[0..n). WEBSESS_OK: every frame was valid
+ * and is applied (X-Up-Ack: seq). WEBSESS_REPLAY: the last committed seq with the same bytes
+ * again (acknowledge, apply nothing). WEBSESS_BUSY: the body's DATA would pass a pending limit,
+ * or a new lane would pass twice the streams per session (nothing applied, seq not committed).
+ * WEBSESS_REFUSED: a body above the body limit, or a lane the carrier has not (nothing
+ * changed). WEBSESS_FATAL: a gap, an old seq, other bytes, an invalid frame, a frame of another
+ * lane: the session is ended and freed (s is gone). A lane already ended takes its late frames
+ * as those of a closed stream (dropped), unnumbered. Counted when not OK or REPLAY. */
+enum websess_result websess_up(struct websess_table *t, struct websess *s, uint32_t lane,
+                               uint64_t seq, const uint8_t *body, size_t n, int64_t now);
+
+/* POST /api/v1/down on lane with X-Down-Cursor cursor. WEBSESS_OK: a new batch *p[0..*n)
+ * numbered *next (the lane's queued frames, up to the batch target and WEBFRAME_MAX_BATCH
+ * frames); the table keeps its bytes until the next cursor acknowledges it. WEBSESS_REPLAY:
+ * the unacknowledged batch again, byte for byte, with its cursor in *next. WEBSESS_WAIT:
+ * nothing queued, or a lane not opened yet polled with cursor 0 (hold the poll; *next is the
+ * cursor to answer 204 with). WEBSESS_GONE: the lane ended (its last batch acknowledged now or
+ * before; *next the cursor). WEBSESS_FATAL: any other cursor: the session is ended and freed.
+ * *p stays valid until the next call on s. */
+enum websess_result websess_down(struct websess_table *t, struct websess *s, uint32_t lane,
+                                 uint64_t cursor, int64_t now, const uint8_t **p, size_t *n,
+                                 uint64_t *next);
+
+/* 1 if lane of s was opened (it is live, or ended), else 0. */
+int websess_lane_known(const struct websess *s, uint32_t lane);
+
+/* No one reads lane any more (websocket-lanes: its socket failed): its frames are dropped and
+ * its stream closes as if the client had sent CLOSE. Nothing for lane 0 or an unknown lane. */
+void websess_lane_drop(struct websess_table *t, struct websess *s, uint32_t lane);
 
 /* Queues the backend's bytes data[0..len) down on stream as DATA frames of at most the DATA
  * chunk, as far as the stream's down credit and the pending limits allow. Returns the bytes

@@ -44,6 +44,22 @@ struct boot {
     struct websess *sess; /* the session it created, while both live */
 };
 
+/* A lane: an uplink sequence, a downlink cursor, the frames queued down and the issued batch.
+ * Lane 0 is the session's own: every frame in the https and websocket carriers, session frames
+ * only in the lanes carriers, where each stream has a lane of its own from its OPEN until its
+ * CLOSE went down and was acknowledged (docs/web.md 4, "Lanes"). */
+struct lane {
+    uint32_t id;
+    uint8_t closed;  /* its stream is gone: the lane ends once its frames are delivered */
+    uint8_t dropped; /* no one reads it any more (its WebSocket failed): frames are discarded */
+    struct webframe_up up;
+    struct webframe_down down;
+    struct queue downq;
+    uint8_t *batch; /* the issued, unacknowledged batch */
+    size_t batch_len;
+    uint64_t batch_bytes, batch_items; /* the charge its frames carried */
+};
+
 struct websess {
     struct entry e;
     enum websess_mode mode;
@@ -51,12 +67,9 @@ struct websess {
     int64_t last;
     struct boot *boot;
     struct webframe_session fs;
-    struct webframe_up up;
-    struct webframe_down down;
-    struct queue downq;
-    uint8_t *batch; /* the issued, unacknowledged batch */
-    size_t batch_len;
-    uint64_t batch_bytes, batch_items; /* the charge its frames carried */
+    struct lane l0;
+    struct lane *lanes; /* the streams' lanes (lanes carriers) */
+    uint32_t nlanes, cap_lanes;
     struct stream *streams;
     uint32_t nstreams, cap_streams;
     uint32_t *closed; /* recently closed ids: linear until full, then a ring */
@@ -110,6 +123,25 @@ size_t wsq_queue_bytes(const struct queue *q);
  * refusal reason (counted). */
 int wsq_queue_frame(struct websess_table *t, struct websess *s, uint8_t type, uint32_t stream,
                     const void *payload, uint32_t len, int force);
+
+/* 1 if s's carrier gives each stream a lane (https-lanes, websocket-lanes). */
+int wsq_lanes(const struct websess *s);
+
+/* The lane frames of stream go down on (lane 0 unless s has lanes), or NULL (none: dropped). */
+struct lane *wsq_lane_of(struct websess *s, uint32_t stream);
+
+/* A new lane id of s (room checked by the caller). NULL if out of memory. */
+struct lane *wsq_lane_add(struct websess *s, uint32_t id);
+
+/* Drops ln's queue and batch (their charge off s). */
+void wsq_lane_clear(struct websess_table *t, struct websess *s, struct lane *ln);
+
+/* Ends ln (cleared, removed from s) if it is a stream's lane whose stream is gone and that has
+ * nothing left to deliver, or no one to deliver it to. 1 if it ended (ln is invalid), else 0. */
+int wsq_lane_reap(struct websess_table *t, struct websess *s, struct lane *ln);
+
+/* The heap bytes ln's frames hold. */
+size_t wsq_lane_bytes(const struct lane *ln);
 
 /* The live stream id of s, or NULL; whether id is one of the recently closed. */
 struct stream *wsq_stream_find(const struct websess *s, uint32_t id);

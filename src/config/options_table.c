@@ -733,8 +733,10 @@ const struct config_option options_table[] = {
     {.name = "web-carrier", .type = CFG_ENUM, .offset = OFF(web_carrier), .def = "https",
      .names = web_carriers, .arg = "https|https-lanes|websocket|websocket-lanes",
      .help = "The carrier WEB sessions get (X-Carrier-Mode): https = HTTP long poll (POST "
-     "/api/v1/up and /api/v1/down). The other three are not supported yet (refused at "
-     "start)."},
+     "/api/v1/up and /api/v1/down; the one iOS speaks); https-lanes = the same with a "
+     "sequence and a poll per stream (X-Lane-ID), so a slow stream holds up no other; "
+     "websocket = one WebSocket (GET /api/v1/ws) per session; websocket-lanes = one "
+     "WebSocket per stream."},
     {.name = "web-trusted-proxies", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .arg = "CIDR",
      .parse = parse_web_trusted, .reset = reset_web_trusted,
      .help = "The TLS terminators in front of web-listen: a request whose TCP peer is in one "

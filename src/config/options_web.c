@@ -42,9 +42,6 @@ int options_validate_web(struct config_parser *p, struct options *o)
     else if (webcap_host(o->web_host, strlen(o->web_host), host, sizeof host) < 0)
         ERR("web-host '%s' is not a DNS name of two or more labels (no IP address, port or "
             "scheme)", o->web_host);
-    if (o->web_carrier == WEB_HTTPS_LANES || o->web_carrier == WEB_WEBSOCKET_LANES)
-        ERR("web-carrier %s is not supported yet: https (the HTTP long poll) or websocket",
-            o->web_carrier == WEB_HTTPS_LANES ? "https-lanes" : "websocket-lanes");
     if (!o->web_public && !addr_private(&o->web_addr))
         ERR("web-listen is neither a loopback nor a private address: browsers could reach "
             "the carrier without the TLS terminator; use the terminator's side of the "

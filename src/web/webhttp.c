@@ -31,15 +31,25 @@ static int slot_of(const struct webhttp *h, const struct httpd_conn *c)
     return (int)(c - h->conns);
 }
 
+/* Lets go of the held /down p (its connection answers or closes). */
+static struct httpd_conn *poll_release(struct webhttp *h, struct webpoll *p)
+{
+    struct httpd_conn *c = &h->conns[p - h->polls];
+    struct webpoll **pp = &p->x->polls;
+    while (*pp && *pp != p)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = p->next;
+    *p = (struct webpoll){0};
+    c->pinned = 0;
+    return c;
+}
+
 /* Closes c (a held /down it had is let go). */
 static void hconn_close(struct webhttp *h, struct httpd_conn *c)
 {
-    struct websx *x = h->held[slot_of(h, c)];
-    if (x) {
-        x->poll = NULL;
-        x->ready = 0;
-        h->held[slot_of(h, c)] = NULL;
-    }
+    if (h->polls[slot_of(h, c)].x)
+        poll_release(h, &h->polls[slot_of(h, c)]);
     c->pinned = 0;
     httpd_conn_close(c);
 }
@@ -50,56 +60,52 @@ static void hconn_send(struct webhttp *h, struct httpd_conn *c)
         hconn_close(h, c);
 }
 
-/* Lets go of x's held /down (its connection now answers). */
-static struct httpd_conn *poll_release(struct webhttp *h, struct websx *x)
+/* Runs the held /down p: a batch if frames wait (200), 204 if its lane ended, else it goes on
+ * holding. */
+static void poll_run(struct webhttp *h, struct webpoll *p)
 {
-    struct httpd_conn *c = x->poll;
-    h->held[slot_of(h, c)] = NULL;
-    c->pinned = 0;
-    x->poll = NULL;
-    x->ready = 0;
-    return c;
-}
-
-/* Runs x's held /down: a batch if frames wait (200), else it goes on holding. */
-static void poll_run(struct webhttp *h, struct websx *x)
-{
-    const uint8_t *p;
+    const uint8_t *b;
     size_t n;
     uint64_t next;
-    x->ready = 0;
-    enum websess_result r = websess_down(h->t, x->s, x->cursor, web_now(), &p, &n, &next);
+    struct websx *x = p->x;
+    p->ready = 0;
+    enum websess_result r = websess_down(h->t, x->s, p->lane, p->cursor, web_now(), &b, &n, &next);
     if (r == WEBSESS_FATAL)
         return; /* the session ended: on_session_end answered the poll */
     if (r == WEBSESS_WAIT) {
-        x->cursor = next;
+        p->cursor = next;
         webstream_resume(h, x);
         return;
     }
-    char *copy = malloc(n ? n : 1);
-    struct httpd_body *b = copy ? httpd_body_new(copy, n, 1) : NULL;
-    struct httpd_conn *c = poll_release(h, x);
-    if (!b) {
-        free(copy);
-        busy(c); /* the batch stays issued: the client's retry names the same cursor */
+    char extra[80];
+    snprintf(extra, sizeof extra, "X-Down-Cursor: %llu\r\n%s", (unsigned long long)next,
+             r == WEBSESS_GONE ? "X-Lane-Closed: 1\r\n" : "");
+    struct httpd_conn *c = poll_release(h, p);
+    if (r == WEBSESS_GONE) {
+        web_respond(c, 204, extra, "", NULL, 0);
     } else {
-        memcpy(copy, p, n);
-        char extra[64];
-        snprintf(extra, sizeof extra, "X-Down-Cursor: %llu\r\n", (unsigned long long)next);
-        web_respond(c, 200, extra, "application/octet-stream", b, 0);
+        char *copy = malloc(n ? n : 1);
+        struct httpd_body *body = copy ? httpd_body_new(copy, n, 1) : NULL;
+        if (!body) {
+            free(copy);
+            busy(c); /* the batch stays issued: the client's retry names the same cursor */
+        } else {
+            memcpy(copy, b, n);
+            web_respond(c, 200, extra, "application/octet-stream", body, 0);
+        }
     }
     webstream_resume(h, x);
     hconn_send(h, c);
 }
 
-void webhttp_poll_answer(struct webhttp *h, struct websx *x, int timeout, int gone)
+void webhttp_poll_answer(struct webhttp *h, struct webpoll *p, int timeout, int gone)
 {
     if (!gone && !timeout) {
-        poll_run(h, x);
+        poll_run(h, p);
         return;
     }
-    uint64_t cursor = x->cursor;
-    struct httpd_conn *c = poll_release(h, x);
+    uint64_t cursor = p->cursor;
+    struct httpd_conn *c = poll_release(h, p);
     if (gone) {
         website_answer(h, c, HTTP_POST, "/api/v1/down");
     } else {
@@ -110,19 +116,49 @@ void webhttp_poll_answer(struct webhttp *h, struct websx *x, int timeout, int go
     hconn_send(h, c);
 }
 
-/* Before the loop sleeps: held polls whose sessions have frames get them. */
+/* One pass over the held polls and WebSockets whose lanes have frames. 1 if it ran any. */
+static int kick_pass(struct webhttp *h)
+{
+    int ran = 0;
+    for (int i = 0; i < WEB_MAX_CONNS; i++)
+        if (h->polls[i].x && h->polls[i].ready) {
+            poll_run(h, &h->polls[i]);
+            ran = 1;
+        }
+    for (struct webws *w = h->wsl, *next; w; w = next) {
+        next = webws_next(w);
+        if (webws_ready(w)) {
+            ran = 1;
+            if (webws_flush(w))
+                next = h->wsl; /* w is gone, and next may be (its session ended): again from
+                                * the start (each close happens once: this ends) */
+        }
+    }
+    return ran;
+}
+
+/* Before the loop sleeps: held polls and WebSockets whose lanes have frames get them. Serving
+ * one lane resumes the session's streams, which can fill another lane: passes go on while
+ * some run (a watcher started in this phase would wait for the next wake-up: a stall); past
+ * a bound, an idle watcher keeps the loop from sleeping until they are done. */
 static void on_kick(struct ev_loop *loop, ev_prepare *p, int revents)
 {
     struct webhttp *h = p->data;
-    ev_prepare_stop(loop, p);
-    for (int i = 0; i < WEB_MAX_CONNS; i++)
-        if (h->held[i] && h->held[i]->ready)
-            poll_run(h, h->held[i]);
-    for (struct webws *w = h->wsl, *next; w; w = next) {
-        next = webws_next(w);
-        if (webws_ready(w))
-            webws_flush(w);
+    int rounds = 0;
+    do
+        ev_prepare_stop(loop, p);
+    while (kick_pass(h) && ev_is_active(p) && ++rounds < 16);
+    if (ev_is_active(p)) {
+        ev_prepare_stop(loop, p);
+        ev_idle_start(loop, &h->idle);
     }
+}
+
+static void on_idle(struct ev_loop *loop, ev_idle *i, int revents)
+{
+    struct webhttp *h = i->data;
+    ev_idle_stop(loop, i);
+    on_kick(loop, &h->kick, 0);
 }
 
 /* The capabilities of the generation worker 0 serves now: two per plain or dd secret (its 16
@@ -304,15 +340,25 @@ static int api_session(struct webhttp *h, struct httpd_conn *c, const struct htt
 }
 
 /* The session an /up or /down names (its bearer), with its number header (X-Up-Seq or
- * X-Down-Cursor) in *n and a body exactly when want_body; NULL if any of it is missing. */
+ * X-Down-Cursor) in *n, its lane (X-Lane-ID: exactly in https-lanes) in *lane, and a body
+ * exactly when want_body; NULL if any of it is missing. */
 static struct websx *carrier_session(struct webhttp *h, const struct http_request *rq,
                                      const uint8_t *buf, const char *name, int want_body,
-                                     uint64_t *n)
+                                     uint64_t *n, uint32_t *lane)
 {
     struct websess *s = websess_find(h->t, rq->bearer, WEBSESS_TOKEN_LEN);
-    struct websx *x = s && websess_mode(s) == WEBSESS_HTTPS ? webstream_sx(h, s) : NULL;
-    if (!x || !rq->content_length != !want_body || header_number(buf, rq, name, n))
+    int mode = s ? (int)websess_mode(s) : -1;
+    struct websx *x = mode == WEBSESS_HTTPS || mode == WEBSESS_HTTPS_LANES ? webstream_sx(h, s)
+                                                                          : NULL;
+    uint64_t id = 0;
+    const char *v;
+    size_t vn;
+    int has_lane = http_header(buf, rq->consumed, "x-lane-id", &v, &vn) != 0;
+    if (!x || !rq->content_length != !want_body || header_number(buf, rq, name, n) ||
+        has_lane != (mode == WEBSESS_HTTPS_LANES) ||
+        (has_lane && (header_number(buf, rq, "x-lane-id", &id) || id > WEBFRAME_MAX_STREAM)))
         return NULL;
+    *lane = (uint32_t)id;
     return x;
 }
 
@@ -321,12 +367,13 @@ static int api_up(struct webhttp *h, struct httpd_conn *c, const struct http_req
                   const uint8_t *buf, const struct sock_addr *peer)
 {
     uint64_t seq;
-    struct websx *x = carrier_session(h, rq, buf, "x-up-seq", 1, &seq);
+    uint32_t lane;
+    struct websx *x = carrier_session(h, rq, buf, "x-up-seq", 1, &seq, &lane);
     if (!x)
         return 0;
     x->peer = *peer;
     enum websess_result r =
-        websess_up(h->t, x->s, seq, buf + rq->consumed, rq->content_length, web_now());
+        websess_up(h->t, x->s, lane, seq, buf + rq->consumed, rq->content_length, web_now());
     if (r == WEBSESS_BUSY) {
         busy(c);
         return 1;
@@ -339,27 +386,31 @@ static int api_up(struct webhttp *h, struct httpd_conn *c, const struct http_req
     return 1;
 }
 
-/* POST /api/v1/down with X-Down-Cursor: a batch now, or held until frames come or the long
- * poll ends (204). A second poll of the session lets the first go (204). 1 if answered or
- * held, 0 for the site. */
+/* POST /api/v1/down with X-Down-Cursor (and X-Lane-ID in https-lanes): a batch now, or held
+ * until frames come or the long poll ends (204). A second poll of the same lane lets the first
+ * go (204). 1 if answered or held, 0 for the site. */
 static int api_down(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
                     const uint8_t *buf, const struct sock_addr *peer)
 {
     uint64_t cursor;
-    struct websx *x = carrier_session(h, rq, buf, "x-down-cursor", 0, &cursor);
+    uint32_t lane;
+    struct websx *x = carrier_session(h, rq, buf, "x-down-cursor", 0, &cursor, &lane);
     if (!x)
         return 0;
-    if (x->poll)
-        webhttp_poll_answer(h, x, 1, 0);
+    for (struct webpoll *o = x->polls; o; o = o->next)
+        if (o->lane == lane) {
+            webhttp_poll_answer(h, o, 1, 0);
+            break;
+        }
     x->peer = *peer;
-    x->poll = c;
-    x->cursor = cursor;
-    h->held[slot_of(h, c)] = x;
+    struct webpoll *p = &h->polls[slot_of(h, c)];
+    *p = (struct webpoll){.x = x, .lane = lane, .cursor = cursor, .next = x->polls};
+    x->polls = p;
     c->pinned = 1; /* never evicted for another connection while it holds */
     ev_timer_stop(h->loop, &c->timer);
     ev_timer_set(&c->timer, (double)h->lim.poll_ms / 1000.0, 0);
     ev_timer_start(h->loop, &c->timer);
-    poll_run(h, x); /* may answer (a batch), end the session (404), or hold */
+    poll_run(h, p); /* may answer (a batch), end the session (404), or hold */
     return 1;
 }
 
@@ -399,7 +450,8 @@ static void serve(struct webhttp *h, struct httpd_conn *c, const struct http_req
     int m = rq->method, done = 0;
     if (!strcmp(p, "/") && (m == HTTP_GET || m == HTTP_HEAD) && !strcasecmp(rq->host, h->host))
         done = serve_bridge(h, c, buf, rq);
-    else if (!strcmp(p, "/api/v1/ws") && h->mode == WEBSESS_WEBSOCKET && !query_of(buf, rq, NULL, 0))
+    else if (!strcmp(p, "/api/v1/ws") && !query_of(buf, rq, NULL, 0) &&
+             (h->mode == WEBSESS_WEBSOCKET || h->mode == WEBSESS_WEBSOCKET_LANES))
         done = webws_upgrade(h, c, rq, buf); /* c's socket is the WebSocket's now */
     else if (!strncmp(p, "/api/v1/", 8) && api_ok(h, c, buf, rq)) {
         if (m == HTTP_POST && !strcmp(p + 8, "session"))
@@ -432,7 +484,7 @@ static void hconn_read(struct webhttp *h, struct httpd_conn *c)
         serve(h, c, &rq, buf);
     if (c->fd < 0) /* upgraded: the slot is free, the socket a WebSocket's */
         return;
-    if (!h->held[slot_of(h, c)] && c->state == HTTPD_READ) /* not holding, not answered yet */
+    if (!h->polls[slot_of(h, c)].x && c->state == HTTPD_READ) /* not holding, not answered */
         hconn_send(h, c);
 }
 
@@ -455,7 +507,7 @@ static void on_conn_io(struct ev_loop *loop, ev_io *io, int revents)
     } else if (c->state == HTTPD_LINGER) {
         if (httpd_conn_linger(c, &web_limits))
             hconn_close(h, c);
-    } else if (h->held[slot_of(h, c)]) {
+    } else if (h->polls[slot_of(h, c)].x) {
         conn_held_read(h, c);
     } else {
         hconn_read(h, c);
@@ -466,9 +518,9 @@ static void on_conn_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct httpd_conn *c = t->data;
     struct webhttp *h = c->owner;
-    struct websx *x = h->held[slot_of(h, c)];
-    if (x)
-        webhttp_poll_answer(h, x, 1, 0); /* the long poll's end: 204 */
+    struct webpoll *p = &h->polls[slot_of(h, c)];
+    if (p->x)
+        webhttp_poll_answer(h, p, 1, 0); /* the long poll's end: 204 */
     else
         hconn_close(h, c);
 }
@@ -523,16 +575,32 @@ static void on_sweep(struct ev_loop *loop, ev_timer *t, int revents)
     websess_sweep(h->t, web_now());
 }
 
+/* Frames wait to go down on lane: its held /down or its WebSocket is answered before the loop
+ * sleeps. */
+static void on_lane_down(void *ctx, struct websess *s, uint32_t lane)
+{
+    struct webhttp *h = ctx;
+    struct websx *x = webstream_sx(h, s);
+    if (!x || h->stopped)
+        return;
+    int any = webws_mark(x, lane);
+    for (struct webpoll *p = x->polls; p; p = p->next)
+        if (p->lane == lane)
+            any = p->ready = 1;
+    if (any)
+        ev_prepare_start(h->loop, &h->kick);
+}
+
 /* The session ends: a held /down gets the site's 404, then its streams and carrier state go
  * (webstream_end). */
 static void on_session_end(void *ctx, struct websess *s)
 {
     struct webhttp *h = ctx;
     struct websx *x = webstream_sx(h, s);
-    if (x && x->poll)
-        webhttp_poll_answer(h, x, 0, 1);
-    if (x && x->ws)
-        webws_close(x->ws);
+    while (x && x->polls)
+        webhttp_poll_answer(h, x->polls, 0, 1);
+    if (x)
+        webws_close_all(x);
     webstream_end(h, s);
 }
 
@@ -547,6 +615,7 @@ static void web_stop(void *arg)
     ev_timer_stop(h->loop, &h->retry);
     ev_timer_stop(h->loop, &h->sweep);
     ev_prepare_stop(h->loop, &h->kick);
+    ev_idle_stop(h->loop, &h->idle);
     while (h->wsl)
         webws_close(h->wsl);
     websess_table_free(h->t);
@@ -571,6 +640,7 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
         websess_shared_init(&h->shared);
         webstream_hooks(h, &hooks);
         hooks.on_end = on_session_end;
+        hooks.on_down = on_lane_down;
         h->t = websess_table_new(&h->lim, &h->shared, &hooks);
     }
     if (!h || !h->sx || !h->t) {
@@ -585,7 +655,10 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     h->pw = pw;
     h->loop = pw->w->loop;
     h->lfd = lfd;
-    h->mode = opt->web_carrier == WEB_WEBSOCKET ? WEBSESS_WEBSOCKET : WEBSESS_HTTPS;
+    h->mode = opt->web_carrier == WEB_WEBSOCKET         ? WEBSESS_WEBSOCKET
+              : opt->web_carrier == WEB_WEBSOCKET_LANES ? WEBSESS_WEBSOCKET_LANES
+              : opt->web_carrier == WEB_HTTPS_LANES     ? WEBSESS_HTTPS_LANES
+                                                        : WEBSESS_HTTPS;
     webcap_host(opt->web_host, strlen(opt->web_host), h->host, sizeof h->host);
     snprintf(h->root, sizeof h->root, "%s", opt->web_root);
     cidr_set_init(&h->trusted);
@@ -598,7 +671,8 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     ev_timer_init(&h->retry, on_retry, 0.25, 0);
     ev_timer_init(&h->sweep, on_sweep, 1.0, 1.0);
     ev_prepare_init(&h->kick, on_kick);
-    h->lio.data = h->retry.data = h->sweep.data = h->kick.data = h;
+    ev_idle_init(&h->idle, on_idle);
+    h->lio.data = h->retry.data = h->sweep.data = h->kick.data = h->idle.data = h;
     ev_io_start(h->loop, &h->lio);
     ev_timer_start(h->loop, &h->sweep);
     pw->service_stop = web_stop;

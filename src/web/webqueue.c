@@ -104,17 +104,80 @@ int wsq_queue_frame(struct websess_table *t, struct websess *s, uint8_t type, ui
     int r = force ? -1 : wsq_fits(t, s, wsq_cost(t, total), 1);
     if (r >= 0)
         return wsq_refuse(t, (enum websess_reason)r);
+    struct lane *ln = wsq_lane_of(s, stream);
+    if (!ln || ln->dropped)
+        return 0; /* no one to read it */
     struct item *it = malloc(sizeof *it + total);
     if (!it)
         return wsq_refuse(t, WEBSESS_R_PENDING_PROCESS);
     it->len = (uint32_t)webframe_build(type, stream, payload, len, it->b, total);
     it->off = 0;
     wsq_charge(t, s, wsq_cost(t, total), 1);
-    int was_empty = s->downq.head == NULL;
-    wsq_queue_push(&s->downq, it);
+    int was_empty = ln->downq.head == NULL;
+    wsq_queue_push(&ln->downq, it);
     if (was_empty && t->h.on_down)
-        t->h.on_down(t->h.ctx, s);
+        t->h.on_down(t->h.ctx, s, ln->id);
     return 0;
+}
+
+int wsq_lanes(const struct websess *s)
+{
+    return s->mode == WEBSESS_HTTPS_LANES || s->mode == WEBSESS_WEBSOCKET_LANES;
+}
+
+struct lane *wsq_lane_of(struct websess *s, uint32_t stream)
+{
+    if (!stream || !wsq_lanes(s))
+        return &s->l0;
+    for (uint32_t i = 0; i < s->nlanes; i++)
+        if (s->lanes[i].id == stream)
+            return &s->lanes[i];
+    return NULL;
+}
+
+struct lane *wsq_lane_add(struct websess *s, uint32_t id)
+{
+    if (s->nlanes == s->cap_lanes) {
+        uint32_t cap = s->cap_lanes ? s->cap_lanes * 2 : 4;
+        struct lane *p = realloc(s->lanes, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        s->lanes = p;
+        s->cap_lanes = cap;
+    }
+    struct lane *ln = &s->lanes[s->nlanes++];
+    memset(ln, 0, sizeof *ln);
+    ln->id = id;
+    return ln;
+}
+
+void wsq_lane_clear(struct websess_table *t, struct websess *s, struct lane *ln)
+{
+    wsq_queue_drop(t, s, &ln->downq);
+    if (ln->batch)
+        wsq_uncharge(t, s, ln->batch_bytes, ln->batch_items);
+    free(ln->batch);
+    ln->batch = NULL;
+    ln->batch_len = 0;
+}
+
+int wsq_lane_reap(struct websess_table *t, struct websess *s, struct lane *ln)
+{
+    if (ln == &s->l0 || !(ln->closed && (ln->dropped || (!ln->downq.head && !ln->batch))))
+        return 0;
+    wsq_lane_clear(t, s, ln);
+    *ln = s->lanes[--s->nlanes];
+    if (s->nlanes == 0) {
+        free(s->lanes);
+        s->lanes = NULL;
+        s->cap_lanes = 0;
+    }
+    return 1;
+}
+
+size_t wsq_lane_bytes(const struct lane *ln)
+{
+    return ln->batch_len + wsq_queue_bytes(&ln->downq);
 }
 
 struct stream *wsq_stream_find(const struct websess *s, uint32_t id)

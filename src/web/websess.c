@@ -192,6 +192,9 @@ static int stream_open(struct websess_table *t, struct websess *s, const struct 
         wsq_refuse(t, (enum websess_reason)r);
         wsq_closed_add(t, s, f->stream);
         wsq_queue_frame(t, s, WEBFRAME_CLOSE, f->stream, NULL, 0, 1);
+        struct lane *ln = wsq_lane_of(s, f->stream);
+        if (ln && ln != &s->l0)
+            ln->closed = 1; /* it carries that CLOSE, then ends */
         return 0;
     }
     webframe_stream_step(&st->st, f, WEBFRAME_UP);
@@ -334,10 +337,10 @@ static void session_end(struct websess_table *t, struct websess *s)
     session_unlink(t, s);
     while (s->nstreams)
         wsq_stream_remove(t, s, &s->streams[s->nstreams - 1]);
-    wsq_queue_drop(t, s, &s->downq);
-    if (s->batch)
-        wsq_uncharge(t, s, s->batch_bytes, s->batch_items);
-    free(s->batch);
+    wsq_lane_clear(t, s, &s->l0);
+    for (uint32_t i = 0; i < s->nlanes; i++)
+        wsq_lane_clear(t, s, &s->lanes[i]);
+    free(s->lanes);
     free(s->closed);
     if (s->boot)
         s->boot->sess = NULL;
@@ -465,7 +468,9 @@ struct websess_swept websess_sweep(struct websess_table *t, int64_t now)
 
 size_t websess_bytes(const struct websess *s)
 {
-    size_t n = sizeof *s + s->batch_len + wsq_queue_bytes(&s->downq);
+    size_t n = sizeof *s + wsq_lane_bytes(&s->l0) + (size_t)s->cap_lanes * sizeof *s->lanes;
+    for (uint32_t i = 0; i < s->nlanes; i++)
+        n += wsq_lane_bytes(&s->lanes[i]);
     n += (size_t)s->cap_streams * sizeof *s->streams + (size_t)s->cap_closed * sizeof *s->closed;
     for (uint32_t i = 0; i < s->nstreams; i++)
         n += wsq_queue_bytes(&s->streams[i].up);
@@ -500,42 +505,88 @@ static int up_frame(struct websess_table *t, struct websess *s, const struct web
     return stream_frame(t, s, f);
 }
 
-enum websess_result websess_up(struct websess_table *t, struct websess *s, uint64_t seq,
-                               const uint8_t *body, size_t n, int64_t now)
+/* Whether the frames of a valid body[0..n) may go up on lane: in the lanes carriers each is of
+ * the lane's stream (lane 0: session frames), and a new lane's first is its OPEN. */
+static int lane_frames_ok(const struct websess_table *t, const struct websess *s, uint32_t lane,
+                          int fresh, const uint8_t *body, size_t n)
 {
-    if (n > t->l.body_bytes) {
+    if (!wsq_lanes(s))
+        return 1;
+    struct webframe f;
+    for (size_t off = 0; off < n; off += f.total) {
+        webframe_parse(body + off, n - off, t->l.frame_payload, &f, NULL);
+        if (f.stream != lane || (fresh && off == 0 && f.type != WEBFRAME_OPEN))
+            return 0;
+    }
+    return 1;
+}
+
+/* Applies the frames of a valid body[0..n). 0, or -1 for a protocol error. */
+static int up_apply(struct websess_table *t, struct websess *s, const uint8_t *body, size_t n,
+                    int64_t now)
+{
+    struct webframe f;
+    for (size_t off = 0; off < n; off += f.total) {
+        webframe_parse(body + off, n - off, t->l.frame_payload, &f, NULL);
+        if (up_frame(t, s, &f, now) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A protocol error on lane: in websocket-lanes it ends only that lane (its stream closes;
+ * WEBSESS_REFUSED), elsewhere the session (WEBSESS_FATAL: s is freed). */
+static enum websess_result up_fail(struct websess_table *t, struct websess *s, uint32_t lane)
+{
+    if (lane && s->mode == WEBSESS_WEBSOCKET_LANES) {
+        wsq_refuse(t, WEBSESS_R_PROTOCOL);
+        websess_lane_drop(t, s, lane);
+        return WEBSESS_REFUSED;
+    }
+    session_fatal(t, s);
+    return WEBSESS_FATAL;
+}
+
+enum websess_result websess_up(struct websess_table *t, struct websess *s, uint32_t lane,
+                               uint64_t seq, const uint8_t *body, size_t n, int64_t now)
+{
+    if (n > t->l.body_bytes || (lane && !wsq_lanes(s))) {
         wsq_refuse(t, WEBSESS_R_BODY);
         return WEBSESS_REFUSED;
     }
+    struct lane *ln = wsq_lane_of(s, lane);
+    int ended = !ln && wsq_closed_has(s, lane); /* late frames of a lane that ended */
+    struct webframe_up fresh = {0};
     uint8_t digest[32];
     crypto_sha256(body, n, NULL, 0, digest);
-    enum webframe_replay v = webframe_up_judge(&s->up, seq, digest);
+    enum webframe_replay v = ended ? WEBFRAME_FRESH
+                                   : webframe_up_judge(ln ? &ln->up : &fresh, seq, digest);
     size_t count;
     if (v == WEBFRAME_REFUSE ||
         (v == WEBFRAME_FRESH &&
-         webframe_batch(body, n, t->l.frame_payload, &count) != WEBFRAME_OK)) {
-        session_fatal(t, s);
-        return WEBSESS_FATAL;
-    }
+         (webframe_batch(body, n, t->l.frame_payload, &count) != WEBFRAME_OK ||
+          !lane_frames_ok(t, s, lane, !ln && !ended, body, n))))
+        return up_fail(t, s, lane);
     websess_touch(s, now);
     if (v == WEBFRAME_REPLAY)
         return WEBSESS_REPLAY;
     uint64_t bytes, items;
     up_need(t, body, n, &bytes, &items);
     int r = wsq_fits(t, s, bytes, items);
+    if (r < 0 && !ln && !ended && s->nlanes >= 2 * t->l.streams_per_session)
+        r = WEBSESS_R_STREAMS_SESSION; /* lanes still delivering their CLOSE: later */
     if (r >= 0) {
         wsq_refuse(t, (enum websess_reason)r);
         return WEBSESS_BUSY;
     }
-    struct webframe f;
-    for (size_t off = 0; off < n; off += f.total) {
-        webframe_parse(body + off, n - off, t->l.frame_payload, &f, NULL);
-        if (up_frame(t, s, &f, now) != 0) {
-            session_fatal(t, s);
-            return WEBSESS_FATAL;
-        }
+    if (!ln && !ended && !wsq_lane_add(s, lane)) {
+        wsq_refuse(t, WEBSESS_R_PENDING_PROCESS);
+        return WEBSESS_BUSY;
     }
-    webframe_up_commit(&s->up, seq, digest);
+    if (up_apply(t, s, body, n, now) != 0)
+        return up_fail(t, s, lane);
+    if (!ended && (ln = wsq_lane_of(s, lane)) != NULL) /* found again: OPEN may move lanes */
+        webframe_up_commit(&ln->up, seq, digest);
     return WEBSESS_OK;
 }
 
@@ -554,9 +605,10 @@ int websess_stream_up(const struct websess *s, uint32_t stream, const uint8_t **
  * stream still waiting at the queue's tail. */
 static void window_down(struct websess_table *t, struct websess *s, struct stream *st, uint32_t n)
 {
-    if (webframe_credit_grant(&st->st.up_credit, n) != 0)
+    struct lane *ln = wsq_lane_of(s, st->id);
+    if (!ln || webframe_credit_grant(&st->st.up_credit, n) != 0)
         return;
-    struct item *tail = s->downq.tail;
+    struct item *tail = ln->downq.tail;
     struct webframe f;
     uint32_t merged = 0;
     if (tail && webframe_parse(tail->b, tail->len, 4, &f, NULL) == WEBFRAME_OK &&
@@ -626,14 +678,51 @@ void websess_stream_end(struct websess_table *t, struct websess *s, uint32_t str
     if (!st->client_closed)
         wsq_queue_frame(t, s, WEBFRAME_CLOSE, stream, NULL, 0, 1);
     wsq_stream_remove(t, s, st);
+    struct lane *ln = wsq_lane_of(s, stream);
+    if (ln && ln != &s->l0) { /* it ends once the client polled past its last frame */
+        ln->closed = 1;
+        if (ln->dropped)
+            wsq_lane_reap(t, s, ln);
+        else if (!ln->downq.head && !ln->batch && t->h.on_down)
+            t->h.on_down(t->h.ctx, s, stream); /* nothing more comes: its reader learns it */
+    }
 }
 
-/* Moves queued frames into a new batch (up to the batch target and WEBFRAME_MAX_BATCH frames,
- * at least one). 0, or -1 if out of memory. */
-static int batch_build(struct websess_table *t, struct websess *s)
+int websess_lane_known(const struct websess *s, uint32_t lane)
+{
+    for (uint32_t i = 0; i < s->nlanes; i++)
+        if (s->lanes[i].id == lane)
+            return 1;
+    return lane && wsq_closed_has(s, lane);
+}
+
+void websess_lane_drop(struct websess_table *t, struct websess *s, uint32_t lane)
+{
+    struct lane *ln = lane ? wsq_lane_of(s, lane) : NULL;
+    if (!ln || ln == &s->l0)
+        return;
+    wsq_lane_clear(t, s, ln);
+    ln->dropped = 1;
+    struct stream *st = wsq_stream_find(s, lane);
+    if (!st) {
+        ln->closed = 1;
+        wsq_lane_reap(t, s, ln);
+    } else if (!st->client_closed) {
+        struct webframe f = {.type = WEBFRAME_CLOSE, .stream = lane,
+                             .payload = (const uint8_t *)"", .total = WEBFRAME_HDR_LEN};
+        webframe_stream_step(&st->st, &f, WEBFRAME_UP); /* as if the client sent CLOSE */
+        st->client_closed = 1;
+        if (t->h.on_close)
+            t->h.on_close(t->h.ctx, s, lane);
+    }
+}
+
+/* Moves ln's queued frames into a new batch (up to the batch target and WEBFRAME_MAX_BATCH
+ * frames, at least one). 0, or -1 if out of memory. */
+static int batch_build(struct websess_table *t, struct lane *ln)
 {
     size_t len = 0, k = 0;
-    for (const struct item *it = s->downq.head; it && k < WEBFRAME_MAX_BATCH; it = it->next) {
+    for (const struct item *it = ln->downq.head; it && k < WEBFRAME_MAX_BATCH; it = it->next) {
         if (k > 0 && len + it->len > t->l.batch_bytes)
             break;
         len += it->len;
@@ -642,48 +731,57 @@ static int batch_build(struct websess_table *t, struct websess *s)
     uint8_t *p = malloc(len);
     if (!p)
         return -1;
-    s->batch = p;
-    s->batch_len = len;
-    s->batch_bytes = s->batch_items = 0;
+    ln->batch = p;
+    ln->batch_len = len;
+    ln->batch_bytes = ln->batch_items = 0;
     for (size_t i = 0; i < k; i++) {
-        struct item *it = wsq_queue_pop(&s->downq);
+        struct item *it = wsq_queue_pop(&ln->downq);
         memcpy(p, it->b, it->len);
         p += it->len;
-        s->batch_bytes += wsq_cost(t, it->len);
-        s->batch_items++;
+        ln->batch_bytes += wsq_cost(t, it->len);
+        ln->batch_items++;
         free(it);
     }
     return 0;
 }
 
-enum websess_result websess_down(struct websess_table *t, struct websess *s, uint64_t cursor,
-                                 int64_t now, const uint8_t **p, size_t *n, uint64_t *next)
+enum websess_result websess_down(struct websess_table *t, struct websess *s, uint32_t lane,
+                                 uint64_t cursor, int64_t now, const uint8_t **p, size_t *n,
+                                 uint64_t *next)
 {
     *p = NULL;
     *n = 0;
-    enum webframe_replay v = webframe_down_judge(&s->down, cursor);
+    *next = cursor;
+    struct lane *ln = lane && !wsq_lanes(s) ? NULL : wsq_lane_of(s, lane);
+    if (!ln && wsq_lanes(s) && (wsq_closed_has(s, lane) || cursor == 0)) {
+        websess_touch(s, now); /* ended, or not opened yet: 204 (with X-Lane-Closed if ended) */
+        return wsq_closed_has(s, lane) ? WEBSESS_GONE : WEBSESS_WAIT;
+    }
+    enum webframe_replay v = ln ? webframe_down_judge(&ln->down, cursor) : WEBFRAME_REFUSE;
     if (v == WEBFRAME_REFUSE) {
         session_fatal(t, s);
         return WEBSESS_FATAL;
     }
     websess_touch(s, now);
     if (v == WEBFRAME_REPLAY) {
-        *p = s->batch;
-        *n = s->batch_len;
-        *next = s->down.acked + 1;
+        *p = ln->batch;
+        *n = ln->batch_len;
+        *next = ln->down.acked + 1;
         return WEBSESS_REPLAY;
     }
-    if (s->batch) { /* acknowledged */
-        wsq_uncharge(t, s, s->batch_bytes, s->batch_items);
-        free(s->batch);
-        s->batch = NULL;
-        s->batch_len = 0;
+    if (ln->batch) { /* acknowledged */
+        wsq_uncharge(t, s, ln->batch_bytes, ln->batch_items);
+        free(ln->batch);
+        ln->batch = NULL;
+        ln->batch_len = 0;
     }
-    *next = s->down.acked;
-    if (!s->downq.head || batch_build(t, s) != 0)
+    *next = ln->down.acked;
+    if (wsq_lane_reap(t, s, ln))
+        return WEBSESS_GONE;
+    if (!ln->downq.head || batch_build(t, ln) != 0)
         return WEBSESS_WAIT;
-    *next = webframe_down_issue(&s->down);
-    *p = s->batch;
-    *n = s->batch_len;
+    *next = webframe_down_issue(&ln->down);
+    *p = ln->batch;
+    *n = ln->batch_len;
     return WEBSESS_OK;
 }

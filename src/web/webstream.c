@@ -256,17 +256,6 @@ static void hook_close(void *ctx, struct websess *s, uint32_t id)
     }
 }
 
-/* Frames wait to go down: a held /down is answered before the loop sleeps. */
-static void hook_down(void *ctx, struct websess *s)
-{
-    struct webhttp *h = ctx;
-    struct websx *x = webstream_sx(h, s);
-    if (x && (x->poll || x->ws) && !h->stopped) {
-        x->ready = 1;
-        ev_prepare_start(h->loop, &h->kick);
-    }
-}
-
 void webstream_end(struct webhttp *h, struct websess *s)
 {
     struct websx *x = webstream_sx(h, s);
@@ -288,6 +277,6 @@ void webstream_hooks(struct webhttp *h, struct websess_hooks *out)
                                   .on_up = hook_up,
                                   .on_window = hook_window,
                                   .on_close = hook_close,
-                                  .on_down = hook_down,
+                                  .on_down = NULL,
                                   .on_end = NULL};
 }

@@ -1,8 +1,11 @@
-/* webws.c: the websocket carrier (docs/web.md 4, "WebSocket"): GET /api/v1/ws with the one
- * subprotocol tproxy-v1.<session token> upgrades the request's connection (RFC 6455); then
- * every binary message from the client is a batch of frames (as an /up body, numbered here),
- * and every batch the session has to send goes down as one binary message (as a /down answer,
- * acknowledged once written: the socket is ordered and reliable). Pings keep it alive. */
+/* webws.c: the websocket carriers (docs/web.md 4, "WebSocket"): GET /api/v1/ws with the one
+ * subprotocol tproxy-v1.<session token> (websocket: one socket for the session's lane 0) or
+ * tproxy-lane-v1.<session token>.<stream> (websocket-lanes: one socket per stream's lane)
+ * upgrades the request's connection (RFC 6455); then every binary message from the client is a
+ * batch of frames (as an /up body on that lane, numbered here), and every batch the lane has to
+ * send goes down as one binary message (as a /down answer, acknowledged once written: the
+ * socket is ordered and reliable). Pings keep it alive. A lane's socket ends with its lane
+ * (a close once the last batch is written), and takes the lane with it if it fails first. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
 #define WS_HDR_MAX 14
 #define WS_RETRY 0.05 /* seconds: a batch that did not fit the queues is tried again */
+#define WS_LINGER 2.0 /* seconds: after our close, what the client still sends is read away */
 
 struct webws {
     struct webhttp *h;
@@ -39,7 +43,12 @@ struct webws {
     uint64_t up_seq, cursor, next;
     int64_t last_rx, last_tx;
     int closing;         /* a close frame is queued: the socket ends once it is written */
-    struct webws *prev_, *next_;
+    uint32_t lane;       /* 0: the session's socket (websocket); else a stream's */
+    int ready;           /* frames wait on the lane */
+    int ended;           /* the lane ended first: closing leaves the session alone */
+    int lingering;       /* our close is written and our side shut: reading until EOF */
+    struct webws *prev_, *next_; /* the server's list */
+    struct webws *snext;         /* the session's list (x->ws) */
 };
 
 static void ws_io(struct ev_loop *loop, ev_io *io, int revents);
@@ -68,7 +77,26 @@ struct webws *webws_next(const struct webws *w)
 
 int webws_ready(const struct webws *w)
 {
-    return w->x && w->x->ready;
+    return w->x && w->ready;
+}
+
+int webws_mark(struct websx *x, uint32_t lane)
+{
+    int any = 0;
+    for (struct webws *w = x->ws; w; w = w->snext)
+        if (w->lane == lane)
+            any = w->ready = 1;
+    return any;
+}
+
+void webws_close_all(struct websx *x)
+{
+    while (x->ws) {
+        struct webws *w = x->ws;
+        x->ws = w->snext;
+        w->x = NULL;
+        webws_close(w);
+    }
 }
 
 void webws_close(struct webws *w)
@@ -78,8 +106,16 @@ void webws_close(struct webws *w)
     ev_timer_stop(h->loop, &w->timer);
     ev_timer_stop(h->loop, &w->retry);
     close(w->fd);
-    if (w->x)
-        w->x->ws = NULL;
+    struct websx *x = w->x;
+    if (x) {
+        struct webws **pp = &x->ws;
+        while (*pp && *pp != w)
+            pp = &(*pp)->snext;
+        if (*pp)
+            *pp = w->snext;
+        if (w->lane && !w->ended) /* no one reads the lane any more: it ends, and its stream */
+            websess_lane_drop(h->t, x->s, w->lane);
+    }
     if (w->prev_)
         w->prev_->next_ = w->next_;
     else
@@ -143,9 +179,20 @@ static int flush_out(struct webws *w)
         w->cursor = w->next;
         w->issued = 0;
     }
-    if (w->closing) {
-        webws_close(w);
-        return -1;
+    if (w->closing) { /* closing at once with unread bytes would reset the connection, and
+                       * the client could lose what it had not read yet: shut our side and
+                       * read until its EOF (or WS_LINGER) */
+        if (!w->lingering) {
+            w->lingering = 1;
+            shutdown(w->fd, SHUT_WR);
+            ev_timer_stop(w->h->loop, &w->timer);
+            ev_timer_set(&w->timer, WS_LINGER, 0);
+            ev_timer_start(w->h->loop, &w->timer);
+        }
+        ev_io_stop(w->h->loop, &w->io);
+        ev_io_set(&w->io, w->fd, EV_READ);
+        ev_io_start(w->h->loop, &w->io);
+        return 0;
     }
     ev_io_stop(w->h->loop, &w->io);
     if (!w->full) { /* a message waiting for room: nothing more is read meanwhile */
@@ -160,7 +207,7 @@ static int flush_out(struct webws *w)
 int webws_flush(struct webws *w)
 {
     struct webhttp *h = w->h;
-    w->x->ready = 0;
+    w->ready = 0;
     for (;;) {
         if (w->out_len) {
             if (flush_out(w))
@@ -172,10 +219,20 @@ int webws_flush(struct webws *w)
             return 0;
         const uint8_t *p;
         size_t n;
-        enum websess_result r = websess_down(h->t, w->x->s, w->cursor, web_now(), &p, &n,
+        struct websx *x = w->x;
+        enum websess_result r = websess_down(h->t, x->s, w->lane, w->cursor, web_now(), &p, &n,
                                              &w->next);
         if (r == WEBSESS_FATAL)
             return -1; /* the session ended: on_session_end closed w */
+        if (r == WEBSESS_GONE) { /* the lane's last frames are written: a normal close */
+            static const uint8_t normal[2] = {0x03, 0xe8};
+            w->ended = w->closing = 1;
+            if (queue(w, 0x8, normal, sizeof normal)) {
+                webws_close(w);
+                return -1;
+            }
+            continue;
+        }
         int more = (r == WEBSESS_OK || r == WEBSESS_REPLAY) && n;
         if (more) {
             if (queue(w, 0x2, p, n)) {
@@ -184,7 +241,7 @@ int webws_flush(struct webws *w)
             }
             w->issued = 1;
         }
-        webstream_resume(h, w->x);
+        webstream_resume(h, x);
         if (!more)
             return 0;
     }
@@ -198,7 +255,7 @@ static int take_message(struct webws *w)
     int64_t now = web_now();
     websess_touch(w->x->s, now);
     enum websess_result r =
-        websess_up(h->t, w->x->s, w->up_seq + 1, w->msg, w->msg_len, now);
+        websess_up(h->t, w->x->s, w->lane, w->up_seq + 1, w->msg, w->msg_len, now);
     if (r == WEBSESS_BUSY) { /* no room in the queues: stop reading, try again shortly */
         w->full = 1;
         ev_io_stop(h->loop, &w->io);
@@ -211,10 +268,12 @@ static int take_message(struct webws *w)
     }
     if (r == WEBSESS_FATAL)
         return -1; /* the session ended, and with it w (on_session_end) */
-    if (r != WEBSESS_OK && r != WEBSESS_REPLAY) { /* too large: a protocol error here */
+    if (r != WEBSESS_OK && r != WEBSESS_REPLAY) { /* too large, or the lane failed */
         struct websess *s = w->x->s;
-        webws_close(w);
-        websess_close(h->t, s);
+        uint32_t lane = w->lane;
+        webws_close(w); /* a lane's socket takes only its lane with it */
+        if (!lane)
+            websess_close(h->t, s);
         return -1;
     }
     w->up_seq++;
@@ -326,6 +385,13 @@ static int parse(struct webws *w)
 
 static void ws_read(struct webws *w)
 {
+    if (w->lingering) {
+        uint8_t away[4096];
+        ssize_t k = recv(w->fd, away, sizeof away, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            webws_close(w);
+        return;
+    }
     size_t cap = w->h->lim.body_bytes + WS_HDR_MAX;
     if (grow(&w->in, &w->in_cap, w->in_len + 65536 < cap ? w->in_len + 65536 : cap)) {
         webws_close(w);
@@ -370,7 +436,7 @@ static void ws_tick(struct ev_loop *loop, ev_timer *t, int revents)
     (void)loop, (void)revents;
     struct webws *w = t->data;
     int64_t now = web_now(), period = w->h->lim.poll_ms;
-    if (now - w->last_rx >= 2 * period) {
+    if (w->lingering || now - w->last_rx >= 2 * period) {
         webws_close(w);
         return;
     }
@@ -413,33 +479,62 @@ static int header_is(const uint8_t *buf, const struct http_request *rq, const ch
     return 0;
 }
 
+/* The session and lane Sec-WebSocket-Protocol's one value sp[0..n) names: tproxy-v1.TOKEN
+ * (a websocket session, lane 0) or tproxy-lane-v1.TOKEN.N (a websocket-lanes session's stream
+ * N, canonical decimal 1..16777215, not opened before nor held by another socket). NULL if
+ * neither. */
+static struct websx *ws_target(struct webhttp *h, const char *sp, size_t n, uint32_t *lane)
+{
+    static const char one[] = "tproxy-v1.", lanes[] = "tproxy-lane-v1.";
+    size_t k1 = sizeof one - 1, kl = sizeof lanes - 1, t = WEBSESS_TOKEN_LEN;
+    int is_lane = n > kl + t + 1 && !memcmp(sp, lanes, kl) && sp[kl + t] == '.';
+    if (!is_lane && (n != k1 + t || memcmp(sp, one, k1)))
+        return NULL;
+    uint64_t id = 0;
+    if (is_lane && (webframe_decimal(sp + kl + t + 1, n - kl - t - 1, &id) || id == 0 ||
+                    id > WEBFRAME_MAX_STREAM))
+        return NULL;
+    struct websess *s = websess_find(h->t, sp + (is_lane ? kl : k1), t);
+    struct websx *x = s ? webstream_sx(h, s) : NULL;
+    if (!x || websess_mode(s) != (is_lane ? WEBSESS_WEBSOCKET_LANES : WEBSESS_WEBSOCKET))
+        return NULL;
+    if (is_lane && websess_lane_known(s, (uint32_t)id))
+        return NULL;
+    for (struct webws *w = x->ws; is_lane && w; w = w->snext)
+        if (w->lane == id)
+            return NULL;
+    *lane = (uint32_t)id;
+    return x;
+}
+
 int webws_upgrade(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
                   const uint8_t *buf)
 {
-    static const char proto[] = "tproxy-v1.";
     const char *key, *sp;
     size_t keyn, spn;
+    uint32_t lane = 0;
     if (rq->method != HTTP_GET || strcasecmp(rq->host, h->host) || rq->has_bearer ||
         rq->content_length || !header_is(buf, rq, "upgrade", "websocket", 0) ||
         !header_is(buf, rq, "connection", "upgrade", 1) ||
         !header_is(buf, rq, "sec-websocket-version", "13", 0) ||
         http_header(buf, rq->consumed, "sec-websocket-key", &key, &keyn) != 1 || keyn != 24 ||
-        http_header(buf, rq->consumed, "sec-websocket-protocol", &sp, &spn) != 1 ||
-        spn != sizeof proto - 1 + WEBSESS_TOKEN_LEN || memcmp(sp, proto, sizeof proto - 1))
+        http_header(buf, rq->consumed, "sec-websocket-protocol", &sp, &spn) != 1)
         return 0;
-    struct websess *s = websess_find(h->t, sp + sizeof proto - 1, WEBSESS_TOKEN_LEN);
-    struct websx *x = s ? webstream_sx(h, s) : NULL;
-    if (!x || websess_mode(s) != WEBSESS_WEBSOCKET)
+    struct websx *x = ws_target(h, sp, spn, &lane);
+    if (!x)
         return 0;
+    struct websess *s = x->s;
     struct webws *w = calloc(1, sizeof *w);
     char acc[29];
     if (!w)
         return 0;
     accept_of(key, keyn, acc);
-    if (x->ws)
-        webws_close(x->ws); /* a new socket replaces the old one */
+    if (!lane && x->ws)
+        webws_close(x->ws); /* a new socket replaces the session's old one */
     w->h = h;
     w->x = x;
+    w->lane = lane;
+    w->snext = x->ws;
     x->ws = w;
     size_t extra = c->len > rq->consumed ? c->len - rq->consumed : 0; /* sent after the head */
     if (extra && !grow(&w->in, &w->in_cap, extra)) {

@@ -214,14 +214,16 @@ def test_client_gone_grace_then_cleanup(procs):
         r.stderr
 
 
-def test_lost_and_duplicated_answers(web):
+@pytest.mark.parametrize("carrier", ["https", "https-lanes"])
+def test_lost_and_duplicated_answers(procs, carrier):
     """Lost and duplicated /up and /down answers (a third of them): each lost one is asked for
-    again with the same X-Up-Seq or X-Down-Cursor, and the server's replay (an /up applied once,
-    a /down batch byte for byte again) keeps both directions byte-exact."""
+    again with the same X-Up-Seq or X-Down-Cursor (and X-Lane-ID), and the server's replay (an
+    /up applied once, a /down batch byte for byte again) keeps both directions byte-exact."""
     import random
     from webclient import LossySession
-    sess = LossySession(web.web, HOST, web.dd, rng=random.Random(7))
-    a = Adapter(web.web, HOST, web.dd, session=sess)
+    web = Web(procs, extra=["--web-carrier", carrier])
+    sess = LossySession(web.web, HOST, web.dd, rng=random.Random(7), mode=carrier)
+    a = Adapter(web.web, HOST, web.dd, session=sess, carrier=carrier)
     bg = [web.procs.client_bg(a.addr, web.dd, "dd", 2, 300000, 500000, name=f"c{i}")
           for i in range(4)]
     for p in bg:
@@ -232,11 +234,13 @@ def test_lost_and_duplicated_answers(web):
     a.abandon()
 
 
-def test_a_stalled_stream_stalls_no_other(web):
+@pytest.mark.parametrize("carrier", ["https", "https-lanes", "websocket-lanes"])
+def test_a_stalled_stream_stalls_no_other(procs, carrier):
     """One stream whose app reads 20 kB/s while 8 MiB wait for it, and 20 others in the same
     session: the others finish while it crawls (its down credit, 4 MiB, runs out and the
     server stops reading its DC connection; nothing else waits on it)."""
-    a = Adapter(web.web, HOST, web.dd)
+    web = Web(procs, extra=["--web-carrier", carrier])
+    a = Adapter(web.web, HOST, web.dd, carrier=carrier)
     slow = web.procs.client_bg(a.addr, web.dd, "dd", 2, 1000, 8 << 20, "--slow-read", 20000,
                                "--timeout", 300, name="slow")
     time.sleep(0.5)
@@ -299,3 +303,105 @@ def test_websocket_refusals(procs):
     ws.sock.settimeout(T(5))
     assert ws.sock.recv(100) == b""
     ws.close()
+
+
+@pytest.mark.parametrize("carrier", ["https-lanes", "websocket-lanes"])
+def test_lanes_carriers(procs, carrier):
+    """web-carrier = https-lanes / websocket-lanes: the session says so, each stream goes up and
+    down on its own lane (its own X-Up-Seq and X-Down-Cursor on X-Lane-ID, or its own
+    WebSocket tproxy-lane-v1.<token>.<stream>), test_client's bytes reach the fake DC and come
+    back byte for byte, and a lane whose stream ended says so (X-Lane-Closed: 1, or a close)
+    once its last frames were delivered. Requests without a lane get the site's answer."""
+    w = Web(procs, extra=["--web-carrier", carrier])
+    a = Adapter(w.web, HOST, w.dd, carrier=carrier)
+    res = w.client(a, "dd", 1 << 20, 2 << 20, w.dd, "--expect-dc", 2)
+    assert_ok(res)
+    assert res["up_total"] == 1 << 20 and res["down_total"] == 2 << 20
+    assert w.dc.wait_line(r"^DONE listener=2 up_ok=1048576 mismatch=none$", 5)
+    bg = [w.procs.client_bg(a.addr, w.dd, "dd", 2, 100000, 300000, name=f"c{i}")
+          for i in range(10)]
+    for p in bg:
+        assert_ok(w.procs.result(p, timeout=60))
+    assert a.next_id == 12
+    assert wait_until(lambda: all(st.lane_done for st in a.streams.values()), T(5)), \
+        [(st.id, st.lane_done) for st in a.streams.values()]
+    assert not a.errors, a.errors
+    page404 = w.visitor("POST", "/api/v1/down")
+    if carrier == "https-lanes":
+        # an ended lane answers at once, whatever cursor it had
+        st, h, _, _ = a.sess.post("/api/v1/down", b"", a.sess.token,
+                                  {"X-Down-Cursor": str(a.streams[1].cursor), "X-Lane-ID": "1"})
+        assert st == 204 and h.get("x-lane-closed") == "1", (st, h)
+        raw = a.sess.post("/api/v1/down", b"", a.sess.token, {"X-Down-Cursor": "0"})[3]
+        assert raw == page404  # no X-Lane-ID: not this carrier's request
+    else:
+        raw = a.sess.post("/api/v1/down", b"", a.sess.token, {"X-Down-Cursor": "0"})[3]
+        assert raw == page404  # no HTTP polls in a websocket carrier
+    a.abandon()
+
+
+def test_https_lanes_protocol_errors(procs):
+    """https-lanes: a frame of another stream on a lane, or a new lane that does not begin with
+    its OPEN, ends the session (the site's answer from then on); lane 0 takes session frames
+    only; an advanced cursor on a lane never opened is a protocol error too."""
+    from webclient import DATA, OPEN, frame
+    w = Web(procs, extra=["--web-carrier", "https-lanes"])
+    page404 = w.visitor("POST", "/api/v1/up")
+
+    def up(s, lane, seq, body):
+        return s.post("/api/v1/up", body, s.token, {"X-Up-Seq": str(seq), "X-Lane-ID": str(lane)})
+
+    cases = [(3, frame(OPEN, 3) + frame(DATA, 4, b"x")),  # another stream's frame
+             (5, frame(DATA, 5, b"x")),                    # a new lane without its OPEN
+             (0, frame(OPEN, 6))]                          # a stream frame on lane 0
+    for lane, body in cases:
+        s = Session(w.web, HOST, w.plain, mode="https-lanes")
+        st, _, _, raw = up(s, lane, 1, body)
+        assert raw == page404, (lane, raw[:60])
+        raw = up(s, 7, 1, frame(OPEN, 7))[3]
+        assert raw == page404, "the session ended"
+    s = Session(w.web, HOST, w.plain, mode="https-lanes")
+    st, h, _, _ = up(s, 2, 1, frame(OPEN, 2))
+    assert st == 204 and h["x-up-ack"] == "1"
+    st, h, _, _ = up(s, 3, 1, frame(OPEN, 3))  # each lane numbers from 1
+    assert st == 204 and h["x-up-ack"] == "1"
+    st, h, _, _ = up(s, 2, 1, frame(OPEN, 2))  # an exact retry
+    assert st == 204 and h["x-up-ack"] == "1"
+    raw = s.post("/api/v1/down", b"", s.token, {"X-Down-Cursor": "4", "X-Lane-ID": "9"})[3]
+    assert raw == w.visitor("POST", "/api/v1/down")
+    assert up(s, 2, 2, frame(DATA, 2, b"x"))[3] == page404  # the session is gone
+
+
+def test_websocket_lanes_refusals(procs):
+    """websocket-lanes: a lane subprotocol naming stream 0, a non-canonical or too large id, a
+    stream already held or used, or the one-socket subprotocol: no upgrade (the site's
+    answer). A lane socket whose first message is not its OPEN ends, and the session lives."""
+    from webclient import DATA, OPEN, WebSocket, frame
+    w = Web(procs, extra=["--web-carrier", "websocket-lanes"])
+    s = Session(w.web, HOST, w.plain, mode="websocket-lanes")
+    page404 = w.visitor("GET", "/api/v1/ws")
+    base = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    held = WebSocket(s, lane=5)
+    assert held.ok
+    for proto in ("tproxy-lane-v1.%s.0" % s.token, "tproxy-lane-v1.%s.07" % s.token,
+                  "tproxy-lane-v1.%s.16777216" % s.token, "tproxy-lane-v1.%s.5" % s.token,
+                  "tproxy-lane-v1.%s." % s.token, "tproxy-v1." + s.token):
+        raw = http(w.web, "GET", "/api/v1/ws", HOST, {**base, "Sec-WebSocket-Protocol": proto})[3]
+        assert raw == page404, (proto, raw[:80])
+    bad = WebSocket(s, lane=6)
+    assert bad.ok
+    bad.send(frame(DATA, 6, b"x"))  # not its OPEN: the lane's socket ends
+    bad.sock.settimeout(T(5))
+    try:
+        while True:
+            op, _ = bad.recv()
+            assert op == 0x8, op
+            break
+    except ConnectionError:
+        pass
+    held.send(frame(OPEN, 5))  # the session and its other lanes live on
+    held.close()
+    ok = WebSocket(s, lane=8)
+    assert ok.ok, "the session lives on"
+    ok.close()

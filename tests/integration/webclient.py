@@ -98,10 +98,13 @@ class Session:
 
 
 class WebSocket:
-    """A minimal RFC 6455 client socket for the websocket carrier: GET /api/v1/ws with the
-    subprotocol tproxy-v1.<session token>; binary messages (masked, as a client must)."""
+    """A minimal RFC 6455 client socket for the websocket carriers: GET /api/v1/ws with the
+    subprotocol tproxy-v1.<session token> (or, for one stream of websocket-lanes,
+    tproxy-lane-v1.<session token>.<stream>); binary messages (masked, as a client must)."""
 
-    def __init__(self, sess, timeout=40):
+    def __init__(self, sess, timeout=40, lane=None):
+        proto = f"tproxy-v1.{sess.token}" if lane is None else \
+            f"tproxy-lane-v1.{sess.token}.{lane}"
         key = base64.b64encode(os.urandom(16)).decode()
         raw_sock = socket.create_connection(sess.addr, timeout=timeout)
         raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -110,7 +113,7 @@ class WebSocket:
         self.sock.sendall((f"GET /api/v1/ws HTTP/1.1\r\nHost: {sess.host}\r\n"
                            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                           f"Sec-WebSocket-Protocol: tproxy-v1.{sess.token}\r\n\r\n").encode())
+                           f"Sec-WebSocket-Protocol: {proto}\r\n\r\n").encode())
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
             d = self.sock.recv(4096)
@@ -219,15 +222,21 @@ class Stream:
         self.credit = 4 << 20
         self.closed = False
         self.out = []  # DATA down not yet written to the app (its writer thread's queue)
+        self.upq = []  # frames up (lanes carriers: each stream's own queue)
+        self.seq = self.cursor = 0
+        self.lane_done = False
 
 
 class Adapter:
     """Listens on 127.0.0.1; each accepted connection is a stream of one session: its bytes go
     up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
-    credit), EOF either way is CLOSE."""
+    credit), EOF either way is CLOSE. In the lanes carriers each stream has its own uplink and
+    downlink (https-lanes: X-Lane-ID polls; websocket-lanes: a WebSocket per stream)."""
 
     def __init__(self, web_addr, host, secret_hex, tls=None, session=None, carrier="https"):
         self.sess = session or Session(web_addr, host, secret_hex, tls, mode=carrier)
+        self.lanes = carrier.endswith("-lanes")
+        self.carrier = carrier
         self.ws = WebSocket(self.sess) if carrier == "websocket" else None
         assert self.ws is None or self.ws.ok, (self.ws.status, self.ws.headers)
         self.lock = threading.Condition()
@@ -239,13 +248,18 @@ class Adapter:
         self.lst.bind(("127.0.0.1", 0))
         self.lst.listen(64)
         self.addr = f"127.0.0.1:{self.lst.getsockname()[1]}"
-        links = (self._uplink_ws, self._downlink_ws) if self.ws else (self._uplink, self._downlink)
+        links = () if self.lanes else (self._uplink_ws, self._downlink_ws) if self.ws else \
+            (self._uplink, self._downlink)
         for fn in (self._accept, *links):
             threading.Thread(target=fn, daemon=True).start()
 
-    def _queue(self, f):
+    def _q(self, st):
+        """The queue a stream's frames go up by (call with the lock held)."""
+        return st.upq if self.lanes else self.upq
+
+    def _queue(self, st, f):
         with self.lock:
-            self.upq.append(f)
+            self._q(st).append(f)
             self.lock.notify_all()
 
     def _accept(self):
@@ -265,8 +279,13 @@ class Adapter:
                 st = Stream(c, self.next_id)
                 self.next_id += 1
                 self.streams[st.id] = st
-                self.upq.append(frame(OPEN, st.id))
+                self._q(st).append(frame(OPEN, st.id))
                 self.lock.notify_all()
+            if self.carrier == "https-lanes":
+                for fn in (self._lane_up, self._lane_down):
+                    threading.Thread(target=fn, args=(st,), daemon=True).start()
+            elif self.carrier == "websocket-lanes":
+                threading.Thread(target=self._lane_ws, args=(st,), daemon=True).start()
             threading.Thread(target=self._reader, args=(st,), daemon=True).start()
         self.lst.close()
 
@@ -288,45 +307,136 @@ class Adapter:
                     return
                 if not d:
                     st.closed = True
-                    self.upq.append(frame(CLOSE, st.id))
+                    self._q(st).append(frame(CLOSE, st.id))
                 else:
                     st.credit -= len(d)
-                    self.upq.append(frame(DATA, st.id, d))
+                    self._q(st).append(frame(DATA, st.id, d))
                 self.lock.notify_all()
             if not d:
                 return
 
+    def _take(self, q, done=lambda: False):
+        """Waits for frames in q (a list) and takes a batch of them: at most 4096 frames and
+        about 1 MiB (the server refuses a body over 2 MiB). None once stopped or done()."""
+        with self.lock:
+            while not q and not self.stopped and not done():
+                self.lock.wait(1)
+            if self.stopped or not q:
+                return None
+            n, size = 0, 0
+            while n < len(q) and n < 4096 and (n == 0 or size + len(q[n]) <= 1 << 20):
+                size += len(q[n])
+                n += 1
+            batch = q[:n]
+            del q[:n]
+        return b"".join(batch)
+
+    def _post_up(self, body, seq, lane=None):
+        """POST /up until acknowledged (503: again). True, or False (failed: recorded)."""
+        extra = {"X-Up-Seq": str(seq)}
+        if lane is not None:
+            extra["X-Lane-ID"] = str(lane)
+        while not self.stopped:
+            try:
+                st, h, _, _ = self.sess.post("/api/v1/up", body, self.sess.token, extra)
+            except OSError as e:
+                if not self.stopped:
+                    self._fail(f"up {lane}/{seq}: {e}")
+                return False
+            if st == 204 and h.get("x-up-ack") == str(seq):
+                return True
+            if st != 503:
+                self._fail(f"up {lane}/{seq}: {st}")
+                return False
+            time.sleep(0.2)
+        return False
+
     def _uplink(self):
         """Serialized POST /up: every frame queued so far in one batch, X-Up-Seq 1, 2, ..."""
         while not self.stopped:
-            with self.lock:
-                while not self.upq and not self.stopped:
-                    self.lock.wait(1)
-                # at most 4096 frames and about 1 MiB: the server refuses a body over 2 MiB
-                n, size = 0, 0
-                while n < len(self.upq) and n < 4096 and \
-                        (n == 0 or size + len(self.upq[n]) <= 1 << 20):
-                    size += len(self.upq[n])
-                    n += 1
-                batch, self.upq = self.upq[:n], self.upq[n:]
+            body = self._take(self.upq)
+            if body is None:
+                return
+            self.seq += 1
+            if not self._post_up(body, self.seq):
+                return
+
+    def _lane_up(self, st):
+        """https-lanes: the stream's own POST /up sequence on X-Lane-ID: its id."""
+        while True:
+            body = self._take(st.upq, lambda: st.lane_done)
+            if body is None:
+                return
+            st.seq += 1
+            if not self._post_up(body, st.seq, st.id):
+                return
+
+    def _lane_down(self, st):
+        """https-lanes: the stream's own long polls until the lane is closed (X-Lane-Closed)."""
+        while not self.stopped:
+            try:
+                code, h, body, _ = self.sess.post("/api/v1/down", b"", self.sess.token,
+                                                  {"X-Down-Cursor": str(st.cursor),
+                                                   "X-Lane-ID": str(st.id)})
+            except OSError as e:
+                if not self.stopped:
+                    self._fail(f"down {st.id}: {e}")
+                return
             if self.stopped:
                 return
-            body = b"".join(batch)
-            self.seq += 1
-            while not self.stopped:
+            if code == 204:
+                assert h["x-down-cursor"] == str(st.cursor)
+                if h.get("x-lane-closed") == "1":
+                    with self.lock:
+                        st.lane_done = True
+                        self.lock.notify_all()
+                    return
+                continue
+            if code != 200:
+                self._fail(f"down {st.id}: {code}")
+                return
+            for ftype, sid, payload in frames(body):
+                if sid != st.id:
+                    self._fail(f"down {st.id}: a frame of stream {sid}")
+                    return
+                self._down_frame(ftype, sid, payload)
+            st.cursor = int(h["x-down-cursor"])
+
+    def _lane_ws(self, st):
+        """websocket-lanes: the stream's own WebSocket; its uplink in a thread of its own."""
+        ws = WebSocket(self.sess, lane=st.id)
+        if not ws.ok:
+            self._fail(f"ws lane {st.id}: {ws.status}")
+            return
+        st.ws = ws
+
+        def up():
+            while True:
+                body = self._take(st.upq, lambda: st.lane_done)
+                if body is None:
+                    return
                 try:
-                    st, h, _, _ = self.sess.post("/api/v1/up", body, self.sess.token,
-                                                 {"X-Up-Seq": str(self.seq)})
+                    ws.send(body)
                 except OSError as e:
-                    if not self.stopped:
-                        self._fail(f"up {self.seq}: {e}")
+                    if not self.stopped and not st.lane_done:
+                        self._fail(f"ws lane {st.id} up: {e}")
                     return
-                if st == 204 and h.get("x-up-ack") == str(self.seq):
-                    break
-                if st != 503:
-                    self._fail(f"up {self.seq}: {st}")
-                    return
-                time.sleep(0.2)
+        threading.Thread(target=up, daemon=True).start()
+        while not self.stopped:
+            try:
+                op, body = ws.recv()
+            except OSError as e:
+                if not self.stopped:
+                    self._fail(f"ws lane {st.id} down: {e}")
+                return
+            if op == 0x8:  # the lane ended: every frame of it arrived before
+                with self.lock:
+                    st.lane_done = True
+                    self.lock.notify_all()
+                ws.close()
+                return
+            for ftype, sid, payload in frames(body):
+                self._down_frame(ftype, sid, payload)
 
     def _downlink(self):
         """POST /down long polls: DATA written to its stream's socket (then WINDOW up),
@@ -354,18 +464,11 @@ class Adapter:
     def _uplink_ws(self):
         """Every frame queued so far as one binary message (at most about 1 MiB)."""
         while not self.stopped:
-            with self.lock:
-                while not self.upq and not self.stopped:
-                    self.lock.wait(1)
-                n, size = 0, 0
-                while n < len(self.upq) and (n == 0 or size + len(self.upq[n]) <= 1 << 20):
-                    size += len(self.upq[n])
-                    n += 1
-                batch, self.upq = self.upq[:n], self.upq[n:]
-            if self.stopped:
+            body = self._take(self.upq)
+            if body is None:
                 return
             try:
-                self.ws.send(b"".join(batch))
+                self.ws.send(body)
             except OSError as e:
                 if not self.stopped:
                     self._fail(f"ws up: {e}")
@@ -428,7 +531,7 @@ class Adapter:
                 st.sock.sendall(payload)
             except OSError:
                 return
-            self._queue(frame(WINDOW, st.id, struct.pack(">I", len(payload))))
+            self._queue(st, frame(WINDOW, st.id, struct.pack(">I", len(payload))))
 
     def _fail(self, what):
         self.errors.append(what)
@@ -446,3 +549,6 @@ class Adapter:
             self.lock.notify_all()
         if self.ws:
             self.ws.close()
+        for st in list(self.streams.values()):
+            if getattr(st, "ws", None):
+                st.ws.close()

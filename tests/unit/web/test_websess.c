@@ -17,6 +17,7 @@ static const uint8_t hello[] = {0x10, 0, 0, 0, 0, 0, 0, 1, 1};
 /* What the hooks saw. */
 struct seen {
     int opens, ups, windows, closes, downs, ends;
+    uint32_t last_down_lane;
 };
 
 static void on_open(void *c, struct websess *s, uint32_t id)
@@ -43,10 +44,11 @@ static void on_close(void *c, struct websess *s, uint32_t id)
     ((struct seen *)c)->closes++;
 }
 
-static void on_down(void *c, struct websess *s)
+static void on_down(void *c, struct websess *s, uint32_t lane)
 {
     (void)s;
     ((struct seen *)c)->downs++;
+    ((struct seen *)c)->last_down_lane = lane;
 }
 
 static void on_end(void *c, struct websess *s)
@@ -265,11 +267,11 @@ static void test_up_replay(void **state)
     size_t n = 0;
     put(body, &n, WEBFRAME_OPEN, 1, NULL, 0);
     put(body, &n, WEBFRAME_DATA, 1, "abc", 3);
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 1), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 1), WEBSESS_OK);
     assert_int_equal(x->seen.opens, 1);
     assert_int_equal(x->seen.ups, 1);
     /* The exact retry is acknowledged and applies nothing. */
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 2), WEBSESS_REPLAY);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 2), WEBSESS_REPLAY);
     assert_int_equal(x->seen.ups, 1);
     assert_int_equal(STAT_GET(&websess_counters(x->t)->bytes_up), 3); /* the replay: not again */
     assert_int_equal(STAT_GET(&websess_counters(x->t)->streams), 1);
@@ -286,18 +288,18 @@ static void test_up_replay(void **state)
     /* The same number with other bytes ends the session. */
     n = 0;
     put(body, &n, WEBFRAME_DATA, 1, "abd", 3);
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 3), WEBSESS_FATAL);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 3), WEBSESS_FATAL);
     assert_int_equal(refused(x, WEBSESS_R_PROTOCOL), 1);
     assert_int_equal(x->seen.ends, 1);
     /* A gap ends it too, and so does an invalid frame. */
     s = session_at(x, 10);
-    assert_int_equal(websess_up(x->t, s, 2, body, n, 11), WEBSESS_FATAL);
+    assert_int_equal(websess_up(x->t, s, 0, 2, body, n, 11), WEBSESS_FATAL);
     s = session_at(x, 20);
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 21), WEBSESS_FATAL); /* DATA never opened */
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 21), WEBSESS_FATAL); /* DATA never opened */
     s = session_at(x, 30);
-    assert_int_equal(websess_up(x->t, s, 1, hello, sizeof hello, 31), WEBSESS_FATAL);
+    assert_int_equal(websess_up(x->t, s, 0, 1, hello, sizeof hello, 31), WEBSESS_FATAL);
     s = session_at(x, 40);
-    assert_int_equal(websess_up(x->t, s, 1, body, n - 1, 41), WEBSESS_FATAL); /* partial */
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n - 1, 41), WEBSESS_FATAL); /* partial */
     assert_int_equal(refused(x, WEBSESS_R_PROTOCOL), 5);
     assert_int_equal(websess_count(x->t), 0);
     assert_int_equal(STAT_GET(&websess_counters(x->t)->sessions_mode[WEBSESS_HTTPS]), 5);
@@ -326,15 +328,15 @@ static void test_down_replay(void **state)
     const uint8_t *p;
     size_t n;
     uint64_t next;
-    assert_int_equal(websess_down(x->t, s, 0, 1, &p, &n, &next), WEBSESS_WAIT);
+    assert_int_equal(websess_down(x->t, s, 0, 0, 1, &p, &n, &next), WEBSESS_WAIT);
     assert_int_equal(next, 0);
     uint8_t body[16];
     size_t bn = 0;
     put(body, &bn, WEBFRAME_OPEN, 1, NULL, 0);
-    assert_int_equal(websess_up(x->t, s, 1, body, bn, 2), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, bn, 2), WEBSESS_OK);
     down_bytes(x, s, 100000, 100000); /* two DATA frames: 64 KiB and the rest */
     assert_int_equal(x->seen.downs, 1);
-    assert_int_equal(websess_down(x->t, s, 0, 3, &p, &n, &next), WEBSESS_OK);
+    assert_int_equal(websess_down(x->t, s, 0, 0, 3, &p, &n, &next), WEBSESS_OK);
     assert_int_equal(next, 1);
     assert_int_equal(n, 100000 + 2 * WEBFRAME_HDR_LEN);
     assert_int_equal(p[0], WEBFRAME_DATA);
@@ -344,26 +346,26 @@ static void test_down_replay(void **state)
     /* More frames queue meanwhile; the unacknowledged batch comes again byte for byte. */
     down_bytes(x, s, 10, 10);
     assert_int_equal(STAT_GET(&websess_counters(x->t)->bytes_down), 100010);
-    assert_int_equal(websess_down(x->t, s, 0, 4, &p, &n, &next), WEBSESS_REPLAY);
+    assert_int_equal(websess_down(x->t, s, 0, 0, 4, &p, &n, &next), WEBSESS_REPLAY);
     assert_int_equal(next, 1);
     assert_int_equal(n, copy_len);
     assert_memory_equal(p, copy, n);
     free(copy);
     /* Cursor 1 acknowledges it: the next batch holds only the new frame. */
-    assert_int_equal(websess_down(x->t, s, 1, 5, &p, &n, &next), WEBSESS_OK);
+    assert_int_equal(websess_down(x->t, s, 0, 1, 5, &p, &n, &next), WEBSESS_OK);
     assert_int_equal(next, 2);
     assert_int_equal(n, 10 + WEBFRAME_HDR_LEN);
-    assert_int_equal(websess_down(x->t, s, 2, 6, &p, &n, &next), WEBSESS_WAIT);
+    assert_int_equal(websess_down(x->t, s, 0, 2, 6, &p, &n, &next), WEBSESS_WAIT);
     assert_int_equal(next, 2);
     /* Acknowledged and ended: the session is back to its idle size (and one closed id). */
     websess_stream_end(x->t, s, 1);
-    assert_int_equal(websess_down(x->t, s, 2, 7, &p, &n, &next), WEBSESS_OK);
+    assert_int_equal(websess_down(x->t, s, 0, 2, 7, &p, &n, &next), WEBSESS_OK);
     assert_int_equal(p[0], WEBFRAME_CLOSE);
-    assert_int_equal(websess_down(x->t, s, 3, 8, &p, &n, &next), WEBSESS_WAIT);
+    assert_int_equal(websess_down(x->t, s, 0, 3, 8, &p, &n, &next), WEBSESS_WAIT);
     assert_int_equal(websess_bytes(s), idle + 8 * sizeof(uint32_t));
     assert_int_equal(atomic_load(&x->g.pending_bytes), 0);
     /* A cursor that is neither the acknowledged nor the issued one ends the session. */
-    assert_int_equal(websess_down(x->t, s, 5, 9, &p, &n, &next), WEBSESS_FATAL);
+    assert_int_equal(websess_down(x->t, s, 0, 5, 9, &p, &n, &next), WEBSESS_FATAL);
     assert_int_equal(refused(x, WEBSESS_R_PROTOCOL), 1);
     fixture_free(x);
 }
@@ -384,13 +386,13 @@ static void test_stream_limits(void **state)
     for (uint32_t id = 1; id <= 3; id++)
         put(body, &n, WEBFRAME_OPEN, id, NULL, 0);
     put(body, &n, WEBFRAME_DATA, 3, "x", 1); /* the refused id is closed: dropped, not fatal */
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 1), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 1), WEBSESS_OK);
     assert_int_equal(x->seen.opens, 2);
     assert_int_equal(refused(x, WEBSESS_R_STREAMS_SESSION), 1);
     const uint8_t *p;
     size_t len;
     uint64_t next;
-    assert_int_equal(websess_down(x->t, s, 0, 2, &p, &len, &next), WEBSESS_OK);
+    assert_int_equal(websess_down(x->t, s, 0, 0, 2, &p, &len, &next), WEBSESS_OK);
     assert_int_equal(len, WEBFRAME_HDR_LEN);
     assert_int_equal(p[0], WEBFRAME_CLOSE);
     assert_int_equal(p[3], 3);
@@ -398,12 +400,12 @@ static void test_stream_limits(void **state)
     n = 0;
     put(body, &n, WEBFRAME_OPEN, 1, NULL, 0);
     put(body, &n, WEBFRAME_OPEN, 2, NULL, 0);
-    assert_int_equal(websess_up(x->t, s2, 1, body, n, 3), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s2, 0, 1, body, n, 3), WEBSESS_OK);
     assert_int_equal(refused(x, WEBSESS_R_STREAMS), 1);
     /* An id is never used again, even a refused one. */
     n = 0;
     put(body, &n, WEBFRAME_OPEN, 3, NULL, 0);
-    assert_int_equal(websess_up(x->t, s, 2, body, n, 4), WEBSESS_FATAL);
+    assert_int_equal(websess_up(x->t, s, 0, 2, body, n, 4), WEBSESS_FATAL);
     fixture_free(x);
 }
 
@@ -417,16 +419,16 @@ static void test_windows(void **state)
     size_t n = 0;
     uint64_t seq = 1;
     put(body, &n, WEBFRAME_OPEN, 1, NULL, 0);
-    assert_int_equal(websess_up(x->t, s, seq++, body, n, 1), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, seq++, body, n, 1), WEBSESS_OK);
     for (int i = 0; i < 2; i++) { /* 4 MiB of up credit: two 2 MiB bodies and 32 bytes */
         n = 0;
         put(body, &n, WEBFRAME_DATA, 1, zeros, mib);
         put(body, &n, WEBFRAME_DATA, 1, zeros, mib - 2 * WEBFRAME_HDR_LEN);
-        assert_int_equal(websess_up(x->t, s, seq++, body, n, 2), WEBSESS_OK);
+        assert_int_equal(websess_up(x->t, s, 0, seq++, body, n, 2), WEBSESS_OK);
     }
     n = 0;
     put(body, &n, WEBFRAME_DATA, 1, zeros, 32);
-    assert_int_equal(websess_up(x->t, s, seq++, body, n, 2), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, seq++, body, n, 2), WEBSESS_OK);
     /* The credit is spent until the relay writes to the backend (WINDOW down) ... */
     const uint8_t *p;
     size_t len;
@@ -435,17 +437,17 @@ static void test_windows(void **state)
     assert_int_equal(websess_stream_written(x->t, s, 1, 100), 0);
     assert_int_equal(websess_stream_written(x->t, s, 1, 28), 0); /* merged into one WINDOW */
     uint64_t next;
-    assert_int_equal(websess_down(x->t, s, 0, 3, &p, &len, &next), WEBSESS_OK);
+    assert_int_equal(websess_down(x->t, s, 0, 0, 3, &p, &len, &next), WEBSESS_OK);
     assert_int_equal(len, WEBFRAME_HDR_LEN + 4);
     assert_int_equal(p[0], WEBFRAME_WINDOW);
     assert_int_equal(p[11], 128);
     n = 0;
     put(body, &n, WEBFRAME_DATA, 1, "y", 1);
-    assert_int_equal(websess_up(x->t, s, seq++, body, n, 4), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, seq++, body, n, 4), WEBSESS_OK);
     /* ... and DATA beyond it is a protocol error. */
     n = 0;
     put(body, &n, WEBFRAME_DATA, 1, zeros, 128);
-    assert_int_equal(websess_up(x->t, s, seq++, body, n, 5), WEBSESS_FATAL);
+    assert_int_equal(websess_up(x->t, s, 0, seq++, body, n, 5), WEBSESS_FATAL);
     free(body);
     free(zeros);
     /* Down: 4 MiB of credit, then nothing until the client's WINDOW. */
@@ -453,14 +455,14 @@ static void test_windows(void **state)
     uint8_t small[32];
     n = 0;
     put(small, &n, WEBFRAME_OPEN, 1, NULL, 0);
-    assert_int_equal(websess_up(x->t, s, 1, small, n, 11), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, 1, small, n, 11), WEBSESS_OK);
     down_bytes(x, s, 5u << 20, 4u << 20);
     assert_int_equal(websess_stream_credit(s, 1), 0);
     down_bytes(x, s, 10, 0);
     n = 0;
     uint8_t d[4] = {0, 0, 1, 0};
     put(small, &n, WEBFRAME_WINDOW, 1, d, 4);
-    assert_int_equal(websess_up(x->t, s, 2, small, n, 12), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, 2, small, n, 12), WEBSESS_OK);
     assert_int_equal(x->seen.windows, 1);
     assert_int_equal(websess_stream_credit(s, 1), 256);
     fixture_free(x);
@@ -481,26 +483,26 @@ static void test_pending_limits(void **state)
     size_t n = 0;
     put(body, &n, WEBFRAME_OPEN, 1, NULL, 0);
     put(body, &n, WEBFRAME_DATA, 1, filler, 1800); /* 1800 + 256 > 2000 */
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 1), WEBSESS_BUSY);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 1), WEBSESS_BUSY);
     assert_int_equal(refused(x, WEBSESS_R_PENDING_SESSION), 1);
     assert_int_equal(x->seen.opens, 0); /* nothing applied, seq 1 not committed */
     n = 0;
     put(body, &n, WEBFRAME_OPEN, 1, NULL, 0);
     put(body, &n, WEBFRAME_DATA, 1, filler, 1000);
-    assert_int_equal(websess_up(x->t, s, 1, body, n, 2), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s, 0, 1, body, n, 2), WEBSESS_OK);
     /* 1256 held by s: the process has 1244 left, s2 may not take 1000 + 256. */
-    assert_int_equal(websess_up(x->t, s2, 1, body, n, 3), WEBSESS_BUSY);
+    assert_int_equal(websess_up(x->t, s2, 0, 1, body, n, 3), WEBSESS_BUSY);
     assert_int_equal(refused(x, WEBSESS_R_PENDING_PROCESS), 1);
     /* Down DATA stops at the limits as well. */
     n = 0;
     put(body, &n, WEBFRAME_OPEN, 1, NULL, 0);
-    assert_int_equal(websess_up(x->t, s2, 1, body, n, 4), WEBSESS_OK);
+    assert_int_equal(websess_up(x->t, s2, 0, 1, body, n, 4), WEBSESS_OK);
     assert_int_equal(websess_send(x->t, s2, 1, filler, 1000), 0);
     assert_int_equal(refused(x, WEBSESS_R_PENDING_PROCESS), 2);
     assert_int_equal(websess_send(x->t, s2, 1, filler, 500), 500);
     assert_true(websess_bytes(s) > 1000);
     /* A body above the body limit is refused whole. */
-    assert_int_equal(websess_up(x->t, s, 2, body, (2u << 20) + 1, 5), WEBSESS_REFUSED);
+    assert_int_equal(websess_up(x->t, s, 0, 2, body, (2u << 20) + 1, 5), WEBSESS_REFUSED);
     assert_int_equal(refused(x, WEBSESS_R_BODY), 1);
     fixture_free(x);
 }
