@@ -93,16 +93,20 @@ static uint64_t refused(const struct fixture *x, enum websess_reason r)
     return STAT_GET(&websess_counters(x->t)->refused[r]);
 }
 
-/* A new session at now (a fresh bootstrap and HELLO). */
-static struct websess *session_at(struct fixture *x, int64_t now)
+/* A new session of carrier mode at now (a fresh bootstrap and HELLO). */
+static struct websess *session_mode_at(struct fixture *x, int64_t now, enum websess_mode mode)
 {
     char tok[WEBSESS_TOKEN_LEN + 1];
     struct websess *s = NULL;
     assert_int_equal(websess_bootstrap_mint(x->t, 7, now, tok), WEBSESS_OK);
-    assert_int_equal(websess_create(x->t, tok, strlen(tok), hello, sizeof hello, WEBSESS_HTTPS,
-                                    now, &s),
+    assert_int_equal(websess_create(x->t, tok, strlen(tok), hello, sizeof hello, mode, now, &s),
                      WEBSESS_OK);
     return s;
+}
+
+static struct websess *session_at(struct fixture *x, int64_t now)
+{
+    return session_mode_at(x, now, WEBSESS_HTTPS);
 }
 
 /* Appends one frame to a body being built at b[*n]. */
@@ -370,6 +374,112 @@ static void test_down_replay(void **state)
     fixture_free(x);
 }
 
+/* body = one frame; websess_up on lane. */
+static enum websess_result up1(struct fixture *x, struct websess *s, uint32_t lane,
+                               uint64_t seq, uint8_t type, uint32_t id)
+{
+    uint8_t body[32], win[4] = {0, 0, 1, 0};
+    size_t n = 0;
+    if (type == WEBFRAME_DATA)
+        put(body, &n, type, id, "x", 1);
+    else if (type == WEBFRAME_WINDOW)
+        put(body, &n, type, id, win, 4);
+    else
+        put(body, &n, type, id, NULL, 0);
+    return websess_up(x->t, s, lane, seq, body, n, 1);
+}
+
+static void test_lanes(void **state)
+{
+    (void)state;
+    struct fixture *x = fixture_new(NULL);
+    const uint8_t *p;
+    size_t n;
+    uint64_t next;
+    /* Protocol errors end the session: a stream frame on lane 0, a new lane without its
+     * OPEN, a frame of another stream, an advanced cursor on a lane never opened. */
+    struct websess *bad = session_mode_at(x, 0, WEBSESS_HTTPS_LANES);
+    assert_int_equal(up1(x, bad, 0, 1, WEBFRAME_OPEN, 1), WEBSESS_FATAL);
+    bad = session_mode_at(x, 0, WEBSESS_HTTPS_LANES);
+    assert_int_equal(up1(x, bad, 1, 1, WEBFRAME_DATA, 1), WEBSESS_FATAL);
+    bad = session_mode_at(x, 0, WEBSESS_HTTPS_LANES);
+    assert_int_equal(up1(x, bad, 1, 1, WEBFRAME_OPEN, 2), WEBSESS_FATAL);
+    bad = session_mode_at(x, 0, WEBSESS_HTTPS_LANES);
+    assert_int_equal(websess_down(x->t, bad, 3, 4, 1, &p, &n, &next), WEBSESS_FATAL);
+    assert_int_equal(refused(x, WEBSESS_R_PROTOCOL), 4);
+    /* A lane other than 0 where the carrier has none. */
+    struct websess *https = session_at(x, 0);
+    assert_int_equal(up1(x, https, 1, 1, WEBFRAME_OPEN, 1), WEBSESS_REFUSED);
+    /* Each lane numbers its uplink from 1, with its own replay. */
+    struct websess *s = session_mode_at(x, 0, WEBSESS_HTTPS_LANES);
+    assert_int_equal(up1(x, s, 1, 1, WEBFRAME_OPEN, 1), WEBSESS_OK);
+    assert_int_equal(up1(x, s, 2, 1, WEBFRAME_OPEN, 2), WEBSESS_OK);
+    assert_int_equal(up1(x, s, 1, 1, WEBFRAME_OPEN, 1), WEBSESS_REPLAY);
+    assert_int_equal(x->seen.opens, 2);
+    /* A lane not opened yet, polled from cursor 0, waits. */
+    assert_int_equal(websess_down(x->t, s, 3, 0, 1, &p, &n, &next), WEBSESS_WAIT);
+    /* Frames go down on their stream's lane only. */
+    down_bytes(x, s, 10, 10);
+    assert_int_equal(x->seen.last_down_lane, 1);
+    assert_int_equal(websess_down(x->t, s, 2, 0, 1, &p, &n, &next), WEBSESS_WAIT);
+    assert_int_equal(websess_down(x->t, s, 0, 0, 1, &p, &n, &next), WEBSESS_WAIT);
+    assert_int_equal(websess_down(x->t, s, 1, 0, 1, &p, &n, &next), WEBSESS_OK);
+    assert_int_equal(next, 1);
+    assert_int_equal(n, WEBFRAME_HDR_LEN + 10);
+    assert_int_equal(p[0], WEBFRAME_DATA);
+    /* The stream ends: its CLOSE goes down, then the lane ends once that is acknowledged. */
+    websess_stream_end(x->t, s, 1);
+    assert_int_equal(websess_down(x->t, s, 1, 1, 2, &p, &n, &next), WEBSESS_OK);
+    assert_int_equal(p[0], WEBFRAME_CLOSE);
+    assert_int_equal(next, 2);
+    assert_int_equal(websess_down(x->t, s, 1, 1, 3, &p, &n, &next), WEBSESS_REPLAY);
+    assert_int_equal(websess_down(x->t, s, 1, 2, 4, &p, &n, &next), WEBSESS_GONE);
+    assert_int_equal(websess_down(x->t, s, 1, 0, 5, &p, &n, &next), WEBSESS_GONE);
+    assert_true(websess_lane_known(s, 1));
+    assert_false(websess_lane_known(s, 3));
+    /* Late frames of an ended lane are dropped (a closed stream's), unnumbered. */
+    assert_int_equal(up1(x, s, 1, 9, WEBFRAME_WINDOW, 1), WEBSESS_OK);
+    assert_int_equal(up1(x, s, 1, 9, WEBFRAME_OPEN, 1), WEBSESS_FATAL); /* an id used again */
+    fixture_free(x);
+}
+
+static void tune_one_stream(struct websess_limits *l)
+{
+    l->streams_per_session = 1;
+}
+
+static void test_lanes_bounded_and_dropped(void **state)
+{
+    (void)state;
+    struct fixture *x = fixture_new(tune_one_stream);
+    const uint8_t *p;
+    size_t n;
+    uint64_t next;
+    /* Lanes still delivering a refused OPEN's CLOSE count: at most twice the streams. */
+    struct websess *s = session_mode_at(x, 0, WEBSESS_HTTPS_LANES);
+    assert_int_equal(up1(x, s, 1, 1, WEBFRAME_OPEN, 1), WEBSESS_OK);
+    assert_int_equal(up1(x, s, 2, 1, WEBFRAME_OPEN, 2), WEBSESS_OK); /* refused: CLOSE down */
+    assert_int_equal(refused(x, WEBSESS_R_STREAMS_SESSION), 1);
+    assert_int_equal(up1(x, s, 3, 1, WEBFRAME_OPEN, 3), WEBSESS_BUSY);
+    assert_int_equal(websess_down(x->t, s, 2, 0, 1, &p, &n, &next), WEBSESS_OK);
+    assert_int_equal(p[0], WEBFRAME_CLOSE);
+    assert_int_equal(websess_down(x->t, s, 2, 1, 1, &p, &n, &next), WEBSESS_GONE);
+    assert_int_equal(up1(x, s, 3, 1, WEBFRAME_OPEN, 3), WEBSESS_OK); /* room again */
+    /* websocket-lanes: a lane's protocol error ends that lane only; a dropped lane (its
+     * socket failed) closes its stream as the client's CLOSE would. */
+    struct websess *w = session_mode_at(x, 0, WEBSESS_WEBSOCKET_LANES);
+    assert_int_equal(up1(x, w, 5, 1, WEBFRAME_DATA, 5), WEBSESS_REFUSED);
+    assert_ptr_equal(websess_find(x->t, websess_token(w), WEBSESS_TOKEN_LEN), w);
+    assert_int_equal(up1(x, w, 1, 1, WEBFRAME_OPEN, 1), WEBSESS_OK);
+    int closes = x->seen.closes;
+    websess_lane_drop(x->t, w, 1);
+    assert_int_equal(x->seen.closes, closes + 1);
+    assert_int_equal(websess_send(x->t, w, 1, (const uint8_t *)"x", 1), 0);
+    websess_stream_end(x->t, w, 1); /* the backend side is done: the lane goes at once */
+    assert_int_equal(websess_down(x->t, w, 1, 0, 2, &p, &n, &next), WEBSESS_GONE);
+    fixture_free(x);
+}
+
 static void tune_streams(struct websess_limits *l)
 {
     l->streams_per_session = 2;
@@ -515,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_up_replay),     cmocka_unit_test(test_down_replay),
         cmocka_unit_test(test_stream_limits), cmocka_unit_test(test_windows),
         cmocka_unit_test(test_pending_limits),
+        cmocka_unit_test(test_lanes),         cmocka_unit_test(test_lanes_bounded_and_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
