@@ -3,8 +3,10 @@
  * "--"; in each, @CAP@ becomes the plain user's capability and @BOOT@ / @SESS@ the bootstrap
  * and session tokens the server gave out earlier in the run, so inputs reach session creation,
  * /up with frames (OPEN makes a connection of the proxy's state machine), /down and DELETE.
- * An input that starts with "WS:" goes to a second server whose carrier is websocket: its
- * requests may upgrade (GET /api/v1/ws) and go on with WebSocket frames in the same bytes.
+ * An input that starts with "WS:", "HL:" or "WL:" goes to a server whose carrier is websocket,
+ * https-lanes or websocket-lanes (else https): requests may carry X-Lane-ID, or upgrade (GET
+ * /api/v1/ws, tproxy-v1.@SESS@ or tproxy-lane-v1.@SESS@.N) and go on with WebSocket frames in
+ * the same bytes.
  * Every answer must start as one HTTP/1.1 response (or be none: a request still held when the
  * input ends). Loopback only: the config's DC is 127.0.0.1:1 and the run is in a namespace. */
 #include <fcntl.h>
@@ -35,9 +37,9 @@ static struct {
     struct reload rl;
     struct gen *g;
     struct replay *replay;
-    struct worker w[2];
-    struct proxy_worker pw[2];
-    struct webhttp *h[2]; /* https, websocket */
+    struct worker w[4];
+    struct proxy_worker pw[4];
+    struct webhttp *h[4]; /* https, websocket, https-lanes, websocket-lanes */
     struct webhttp *cur;
     struct ev_loop *loop;
     char cap[WEBCAP_LEN + 1];
@@ -69,9 +71,11 @@ static void setup(void)
     struct replay_config rc = {.max_entries = 1024, .window = 0};
     F.replay = replay_new(&rc);
     FUZZ_CHECK(F.replay);
-    struct options ws = F.g->opt; /* the same keys, the other carrier (read at start only) */
-    ws.web_carrier = WEB_WEBSOCKET;
-    for (int i = 0; i < 2; i++) {
+    static const enum opt_web_carrier carrier[4] = {WEB_HTTPS, WEB_WEBSOCKET, WEB_HTTPS_LANES,
+                                                    WEB_WEBSOCKET_LANES};
+    for (int i = 0; i < 4; i++) {
+        struct options o = F.g->opt; /* the same keys, another carrier (read at start only) */
+        o.web_carrier = carrier[i];
         FUZZ_CHECK(worker_init(&F.w[i], i, NULL, NULL, NULL, NULL) == 0);
         FUZZ_CHECK(proxy_worker_init(&F.pw[i], &F.w[i], F.g, &F.users, F.replay, 1) == 0);
         /* a listener nobody connects to (an autobound abstract name): requests come in
@@ -80,7 +84,7 @@ static void setup(void)
         struct sockaddr_un un = {.sun_family = AF_UNIX};
         FUZZ_CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&un, sizeof(sa_family_t)) == 0 &&
                    listen(lfd, 1) == 0);
-        F.h[i] = webhttp_new(&F.pw[i], lfd, i ? &ws : &F.g->opt);
+        F.h[i] = webhttp_new(&F.pw[i], lfd, &o);
         FUZZ_CHECK(F.h[i]);
     }
     uint8_t key[WEBCAP_SECRET_MAX];
@@ -179,10 +183,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         setup();
     if (size > 65536)
         return 0;
-    int ws = size >= 3 && !memcmp(data, "WS:", 3);
-    F.cur = F.h[ws];
-    F.loop = F.w[ws].loop;
-    const uint8_t *p = data + (ws ? 3 : 0), *end = data + size;
+    static const char *const prefix[4] = {"", "WS:", "HL:", "WL:"};
+    int k = 3;
+    while (k > 0 && (size < 3 || memcmp(data, prefix[k], 3)))
+        k--;
+    F.cur = F.h[k];
+    F.loop = F.w[k].loop;
+    const uint8_t *p = data + (k ? 3 : 0), *end = data + size;
     for (int i = 0; i < 8 && p <= end; i++) {
         const uint8_t *sep = memmem(p, (size_t)(end - p), "\n--\n", 4);
         one(p, (size_t)((sep ? sep : end) - p));
