@@ -204,6 +204,7 @@ struct options {
     int web_on;                  /* web-listen set */
     struct sock_addr web_addr;
     int web_public;              /* web-public: a public web-listen address is meant */
+    int web_instance;            /* web-instance: this instance's id in the fleet (0..63) */
     char web_host[256];          /* the host name the capabilities are derived for */
     char web_root[OPT_PATH_MAX]; /* the ordinary site's files ("" = the built-in page) */
     int web_carrier;             /* enum opt_web_carrier */

@@ -51,6 +51,8 @@ struct websess_limits {
     int64_t poll_ms;        /* long-poll hold (the carrier's timer) */
     int64_t dial_ms;        /* backend dial timeout (the conn's timer) */
     uint32_t dials;         /* backend dials in flight (the conn counts them) */
+    uint8_t instance;       /* web-instance (0..63): every token's first character */
+    uint8_t worker;         /* the table's worker (0..63): every token's second character */
 };
 
 /* Fills l with the contract's defaults (docs/web.md 7). */
@@ -177,6 +179,10 @@ enum websess_result websess_create(struct websess_table *t, const char *tok, siz
 
 /* The live session whose token is tok[0..n), or NULL. Constant-time in the comparison. */
 struct websess *websess_find(struct websess_table *t, const char *tok, size_t n);
+
+/* Who holds the token tok[0..n) (a bootstrap's or a session's): *instance and *worker from its
+ * first two characters. 0, or -1 if it is not a token. */
+int websess_token_owner(const char *tok, size_t n, int *instance, int *worker);
 
 /* The session's token (NUL-terminated), carrier mode and user (secret index). */
 const char *websess_token(const struct websess *s);

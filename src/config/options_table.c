@@ -747,6 +747,12 @@ const struct config_option options_table[] = {
      .arg = "on|off", .help = "Allow a web-listen address that is neither loopback nor "
      "private (refused at start otherwise): browsers would then reach the carrier in plain "
      "HTTP, without the TLS terminator."},
+    {.name = "web-instance", .type = CFG_INT, .offset = OFF(web_instance), .def = "0",
+     .min = 0, .max = 63, .arg = "N", .help = "WEB: this instance's number in a fleet behind "
+     "one balancer. Every bootstrap and session token it gives out begins with the N-th "
+     "character of base64url (A-Z a-z 0-9 - _: 0 is A, 1 is B), so the balancer sends each "
+     "request of a session (and its WebSockets) to the instance that holds it, by the start "
+     "of the Authorization bearer or of Sec-WebSocket-Protocol's token (README: a fleet)."},
     {.name = "web-sessions", .type = CFG_INT, .offset = OFF(web_sessions), .def = "128",
      .min = 1, .max = 1000000, .arg = "N", .help = "WEB: live sessions at most (more are "
      "answered 503; counted in mtproxy_web_refusals_total{reason=\"sessions\"})."},

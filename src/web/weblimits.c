@@ -98,6 +98,7 @@ void websess_limits_from(const struct options *opt, struct websess_limits *l)
     l->bootstrap_ms = opt->web_bootstrap_ttl_ms;
     l->grace_ms = opt->web_grace_ms;
     l->poll_ms = opt->web_poll_ms;
+    l->instance = (uint8_t)opt->web_instance;
     if (l->session_burst > l->session_rate)
         l->session_burst = l->session_rate;
     if (l->stream_burst > l->stream_rate)

@@ -101,14 +101,31 @@ static size_t slot(const struct websess_table *t, const char *tok, size_t mask)
     return (size_t)siphash13(&t->key, tok, WEBSESS_TOKEN_LEN) & mask;
 }
 
-/* A fresh token: 32 random bytes in base64url. 0, or -1. */
-static int mint_token(char out[WEBSESS_TOKEN_LEN + 1])
+static const char b64url[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* A fresh token: 32 random bytes in base64url, whose first two characters then say who holds
+ * it (the instance and the worker: 246 random bits stay). 0, or -1. */
+static int mint_token(const struct websess_table *t, char out[WEBSESS_TOKEN_LEN + 1])
 {
     uint8_t raw[32];
     if (crypto_random(raw, sizeof raw) != 0)
         return -1;
     webcap_b64url(raw, sizeof raw, out, WEBSESS_TOKEN_LEN + 1);
     memset(raw, 0, sizeof raw);
+    out[0] = b64url[t->l.instance & 63];
+    out[1] = b64url[t->l.worker & 63];
+    return 0;
+}
+
+int websess_token_owner(const char *tok, size_t n, int *instance, int *worker)
+{
+    const char *a = n == WEBSESS_TOKEN_LEN ? memchr(b64url, tok[0], 64) : NULL;
+    const char *b = a ? memchr(b64url, tok[1], 64) : NULL;
+    if (!a || !b || !tok[0] || !tok[1])
+        return -1;
+    *instance = (int)(a - b64url);
+    *worker = (int)(b - b64url);
     return 0;
 }
 
@@ -136,7 +153,7 @@ static void *entry_new(struct websess_table *t, size_t size, const struct admit 
         return NULL;
     }
     struct entry *e = calloc(1, size);
-    if (!e || mint_token(e->token) != 0) {
+    if (!e || mint_token(t, e->token) != 0) {
         free(e);
         atomic_fetch_sub(a->count, 1);
         wsq_refuse(t, WEBSESS_R_RANDOM);

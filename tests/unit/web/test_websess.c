@@ -480,6 +480,42 @@ static void test_lanes_bounded_and_dropped(void **state)
     fixture_free(x);
 }
 
+static void tune_owner(struct websess_limits *l)
+{
+    l->instance = 5;
+    l->worker = 63;
+}
+
+static void test_token_owner(void **state)
+{
+    (void)state;
+    struct fixture *x = fixture_new(tune_owner);
+    char tok[WEBSESS_TOKEN_LEN + 1];
+    int inst = -1, worker = -1;
+    assert_int_equal(websess_bootstrap_mint(x->t, 1, 0, tok), WEBSESS_OK);
+    assert_int_equal(tok[0], 'F'); /* base64url's 6th character: instance 5 */
+    assert_int_equal(tok[1], '_'); /* its 64th: worker 63 */
+    assert_int_equal(websess_token_owner(tok, strlen(tok), &inst, &worker), 0);
+    assert_int_equal(inst, 5);
+    assert_int_equal(worker, 63);
+    struct websess *s = NULL;
+    assert_int_equal(websess_create(x->t, tok, strlen(tok), hello, sizeof hello, WEBSESS_HTTPS,
+                                    0, &s),
+                     WEBSESS_OK);
+    assert_int_equal(websess_token(s)[0], 'F');
+    assert_int_equal(websess_token_owner(websess_token(s), WEBSESS_TOKEN_LEN, &inst, &worker), 0);
+    assert_int_equal(inst, 5);
+    /* The rest stays random: two tokens differ past their owner. */
+    char other[WEBSESS_TOKEN_LEN + 1];
+    assert_int_equal(websess_bootstrap_mint(x->t, 1, 0, other), WEBSESS_OK);
+    assert_memory_not_equal(tok + 2, other + 2, WEBSESS_TOKEN_LEN - 2);
+    assert_int_equal(websess_token_owner("F", 1, &inst, &worker), -1);
+    assert_int_equal(websess_token_owner("*_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 43, &inst,
+                                         &worker),
+                     -1);
+    fixture_free(x);
+}
+
 static void tune_streams(struct websess_limits *l)
 {
     l->streams_per_session = 2;
@@ -625,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_up_replay),     cmocka_unit_test(test_down_replay),
         cmocka_unit_test(test_stream_limits), cmocka_unit_test(test_windows),
         cmocka_unit_test(test_pending_limits),
+        cmocka_unit_test(test_token_owner),
         cmocka_unit_test(test_lanes),         cmocka_unit_test(test_lanes_bounded_and_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
