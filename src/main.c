@@ -23,6 +23,7 @@
 #include "core/sock.h"
 #include "core/worker.h"
 #include "web/webhttp.h"
+#include "web/websess.h"
 #include "crypto/crypto.h"
 #include "proto/secret.h"
 #include "admin/api.h"
@@ -333,7 +334,7 @@ struct app {
     struct proxy_worker *pws;
     struct metrics_shared mshared;
     struct metrics_server *msrv;
-    struct webhttp *web;       /* WEB proxy mode's server (on worker 0), or NULL */
+    struct webgroup *web;      /* WEB proxy mode's servers (one per worker), or NULL */
     struct api_reloads api_rl; /* the management API waits on these for its reloads */
     struct lstore *lstore;     /* limits-store's flusher, or NULL */
     /* detach and run */
@@ -628,21 +629,33 @@ static int app_worker(struct app *a, int i)
     return APP_ON;
 }
 
-/* WEB proxy mode (web-listen): its server on worker 0's loop, so every request of a session
- * meets the one table that holds it (routing tokens to workers comes later). */
+/* WEB proxy mode (web-listen): a server on each worker's loop (at most WEB_MAX_WORKERS), each
+ * with its own SO_REUSEPORT listener; a request reaching a worker that does not hold its token
+ * is handed to the one that does. */
 static int app_web(struct app *a)
 {
     const struct options *opt = &a->g->opt;
     char err[512], s[SOCK_ADDR_STRLEN];
-    int fd = sock_listen(&opt->web_addr, opt->backlog, 0, NULL, err, sizeof err);
-    if (fd < 0 || !(a->web = webhttp_new(&a->pws[0], fd, opt))) {
-        log_error("web-listen: %s", fd < 0 ? err : "out of memory");
+    int n = a->nworkers < WEB_MAX_WORKERS ? a->nworkers : WEB_MAX_WORKERS;
+    int fds[WEB_MAX_WORKERS];
+    for (int i = 0; i < n; i++) {
+        fds[i] = sock_listen(&opt->web_addr, opt->backlog, n > 1, NULL, err, sizeof err);
+        if (fds[i] < 0) {
+            log_error("web-listen: %s", err);
+            while (i-- > 0)
+                close(fds[i]);
+            return 1;
+        }
+    }
+    if (!(a->web = webgroup_new(a->pws, n, fds, opt))) {
+        log_error("web-listen: out of memory");
         return 1;
     }
     sock_addr_format(&opt->web_addr, s, sizeof s);
-    log_info("web: WEB proxy (https carrier) on http://%s/ for https://%s/, served by worker 0; "
-             "only plain and dd secrets are WEB secrets: ee secrets get no capability", s,
-             opt->web_host);
+    log_info("web: WEB proxy (%s carrier) on http://%s/ for https://%s/, served by %d worker%s; "
+             "only plain and dd secrets are WEB secrets: ee secrets get no capability",
+             websess_mode_name((enum websess_mode)opt->web_carrier), s, opt->web_host, n,
+             n == 1 ? "" : "s");
     return APP_ON;
 }
 
@@ -874,7 +887,7 @@ static void app_stop(struct app *a)
     }
     if (a->ran || !a->nstarted) { /* no thread still uses them */
         metrics_server_free(a->msrv);
-        webhttp_free(a->web);
+        webgroup_free(a->web);
         free(a->ws);
         free(a->pws);
         replay_free(a->replay);

@@ -38,7 +38,7 @@
 #define METRICS_FDS_PER_WORKER METRICS_FDS /* counted per worker: more than enough */
 
 struct gen;
-struct webhttp;
+struct webgroup;
 
 /* Counters of the metrics server (written by its thread only). */
 struct metrics_stats {
@@ -62,7 +62,7 @@ struct metrics_shared {
     struct replay *replay;
     time_t start_time;
     int loopback;       /* the metrics listener is on a loopback address */
-    const struct webhttp *web; /* WEB proxy mode's server (NULL: off); set before the start */
+    const struct webgroup *web; /* WEB proxy mode's servers (NULL: off); set before the start */
 };
 
 struct metrics_server;

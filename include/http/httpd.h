@@ -107,6 +107,10 @@ struct httpd_conn {
     size_t off;             /* bytes of head, then body, written */
 };
 
+/* Puts p[0..n) in c's request buffer as if read from its socket (a request another thread read
+ * and handed over with the socket). 0, or -1 if out of memory. */
+int httpd_conn_preload(struct httpd_conn *c, const uint8_t *p, size_t n);
+
 /* Makes c a free slot of owner whose events call on_io and on_timer (c->io.data and
  * c->timer.data are c). */
 void httpd_conn_init(struct httpd_conn *c, void *owner,

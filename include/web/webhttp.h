@@ -6,38 +6,48 @@ struct proxy_worker;
 struct options;
 
 /*
- * Plain HTTP/1.1 for the operator's TLS terminator, on ONE worker's loop (worker 0 for now),
- * so every request of a session meets the session table that holds it (a later step routes
- * tokens to workers). Endpoints (docs/web.md 4): GET /?bridge=CAP (the bridge page, minting a
- * bootstrap), POST /api/v1/session, /api/v1/up, /api/v1/down (the 25 s long poll) and
- * DELETE /api/v1/session; everything else, and every request the carrier refuses, gets the
- * ordinary site (web-root, or a built-in page). Each stream becomes a connection of the
- * worker's state machine (webstream.c).
+ * Plain HTTP/1.1 for the operator's TLS terminator, on every worker's loop (one SO_REUSEPORT
+ * listener each; never the metrics thread). Each worker holds its own session table; every
+ * token says which worker holds it (its second character, websess_token_owner), and a request
+ * that reaches another worker is handed over, socket and bytes read, to the one that holds it.
+ * Endpoints (docs/web.md 4): GET /?bridge=CAP (the bridge page, minting a bootstrap), POST
+ * /api/v1/session, /api/v1/up, /api/v1/down (the 25 s long poll), DELETE /api/v1/session and
+ * GET /api/v1/ws; everything else, and every request the carrier refuses, gets the ordinary
+ * site (web-root, or a built-in page). Each stream becomes a connection of its worker's state
+ * machine (webstream.c).
  */
 struct webhttp;
+struct webgroup;
 
-/* A server for opt's web keys on pw's worker, listening on lfd (it owns it from now on): its
- * watchers are started on the worker's loop (before the worker's thread starts), and it stops
- * with the worker (pw->service_stop, in the worker's thread). NULL if out of memory (lfd is
- * closed). */
-struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct options *opt);
+#define WEB_MAX_WORKERS 64 /* a token's second character names one of them */
+
+/* Servers for opt's web keys on the workers pws[0..n) (n at most WEB_MAX_WORKERS), listening
+ * on lfds[0..n) (one each; it owns them from now on): their watchers are started on the
+ * workers' loops (before the workers' threads start), and each stops with its worker
+ * (pw->service_stop, in the worker's thread). NULL if out of memory (every lfd is closed). */
+struct webgroup *webgroup_new(struct proxy_worker *pws, int n, const int *lfds,
+                              const struct options *opt);
+
+/* Worker i's server. */
+struct webhttp *webgroup_server(struct webgroup *g, int i);
 
 struct websess_counters;
 struct websess_shared;
 
-/* What /metrics reads of h, from any thread, until h's worker stops (the metrics server stops
- * first): the session table's counters (stat_t: STAT_GET) and the process-wide live counts
- * (atomics). */
+/* What /metrics reads of g, from any thread, until the workers stop (the metrics server stops
+ * first): each worker's table counters (stat_t: STAT_GET, summed by the reader) and the
+ * process-wide live counts (atomics). */
 struct webhttp_view {
-    const struct websess_counters *c;
+    int n;
+    const struct websess_counters *c[WEB_MAX_WORKERS];
     const struct websess_shared *live;
 };
 
-/* Fills v for h (NULL: v's members are NULL). */
-void webhttp_view(const struct webhttp *h, struct webhttp_view *v);
+/* Fills v for g (NULL: n is 0, live NULL). */
+void webgroup_view(const struct webgroup *g, struct webhttp_view *v);
 
-/* Frees h once its worker's loop has ended (or never ran): closes what is still open without
- * touching the loop. NULL is allowed. */
-void webhttp_free(struct webhttp *h);
+/* Frees g once the workers' loops have ended (or never ran): closes what is still open
+ * without touching the loops. NULL is allowed. */
+void webgroup_free(struct webgroup *g);
 
 #endif

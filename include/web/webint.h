@@ -3,6 +3,7 @@
 #define MTPROXY_WEB_WEBINT_H
 
 #include <ev.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "config/options.h"
@@ -43,9 +44,23 @@ struct websx {
     struct websx *next;        /* hash chain */
 };
 
+/* A request handed from the worker that read it to the one whose table holds its token. */
+struct webmove {
+    struct webmove *next;
+    int fd;
+    uint8_t src[16];
+    size_t len;
+    uint8_t b[]; /* the request's bytes read so far */
+};
+
 struct webhttp {
     struct proxy_worker *pw;
     struct ev_loop *loop;
+    int index;                 /* its worker's (the second character of its tokens) */
+    struct webgroup *group;    /* every worker's server */
+    pthread_mutex_t inbox_mu;  /* inbox: written by other workers' threads */
+    struct webmove *inbox, **inbox_tail;
+    ev_async inbox_async;
     int lfd;
     ev_io lio;
     ev_timer retry;  /* accepting again after running out of descriptors */
@@ -54,7 +69,6 @@ struct webhttp {
     ev_idle idle;    /* more of them than one kick's passes served: the loop must not sleep */
     int stopped;
     struct websess_limits lim;
-    struct websess_shared shared;
     struct websess_table *t;
     enum websess_mode mode;          /* the carrier sessions get (web-carrier) */
     struct webws *wsl;               /* open WebSockets */
@@ -74,6 +88,13 @@ struct webhttp {
     uint8_t rbuf[WEBFRAME_DATA_CHUNK]; /* a stream's socket read */
     struct httpd_conn conns[WEB_MAX_CONNS];
     struct webpoll polls[WEB_MAX_CONNS]; /* per slot: the /down it holds */
+};
+
+/* The servers of the workers, and what the process counts across them. */
+struct webgroup {
+    int n;
+    struct websess_shared live;
+    struct webhttp *h[];
 };
 
 /* The table's clock: milliseconds, monotonic. */

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -474,13 +475,24 @@ static void emit_lstore(const struct metrics_shared *ms, const struct gen *g,
 
 /* WEB proxy mode (only when web-listen is on): sessions and streams live and made, by carrier,
  * the streams' payload both ways, and every refusal by its reason. */
+/* The sum over the workers' tables of counter k of the stat_t array at off in struct
+ * websess_counters (a single counter: k 0). */
+static uint64_t web_sum(const struct webhttp_view *v, size_t off, int k)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < v->n; i++)
+        n += STAT_GET((const stat_t *)((const char *)v->c[i] + off) + k);
+    return n;
+}
+#define WEB_SUM(v, field, k) web_sum(v, offsetof(struct websess_counters, field), k)
+
 static void emit_web(const struct metrics_shared *ms, const struct gen *g,
                      const struct metrics_totals *t, struct emit *e)
 {
     (void)g, (void)t;
     struct webhttp_view v;
-    webhttp_view(ms->web, &v);
-    if (!v.c)
+    webgroup_view(ms->web, &v);
+    if (!v.live)
         return;
     single(e, "web_sessions", "gauge", "WEB proxy: live sessions.",
            atomic_load(&v.live->sessions));
@@ -493,26 +505,26 @@ static void emit_web(const struct metrics_shared *ms, const struct gen *g,
     family(e, "web_sessions_total", "counter", "WEB proxy: sessions created, by carrier.");
     for (int m = WEBSESS_HTTPS; m <= WEBSESS_WEBSOCKET_LANES; m++)
         u64(e, "web_sessions_total", "carrier", websess_mode_name((enum websess_mode)m), NULL,
-            NULL, STAT_GET(&v.c->sessions_mode[m]));
+            NULL, WEB_SUM(&v, sessions_mode, m));
     family(e, "web_sessions_ended_total", "counter", "WEB proxy: sessions ended, by how: closed "
            "(DELETE, BYE or a protocol error) or expired (no request within the grace).");
     u64(e, "web_sessions_ended_total", "how", "closed", NULL, NULL,
-        STAT_GET(&v.c->closed_sessions));
+        WEB_SUM(&v, closed_sessions, 0));
     u64(e, "web_sessions_ended_total", "how", "expired", NULL, NULL,
-        STAT_GET(&v.c->expired_sessions));
+        WEB_SUM(&v, expired_sessions, 0));
     single(e, "web_bootstraps_total", "counter", "WEB proxy: bootstrap tokens minted (bridge "
-           "pages served).", STAT_GET(&v.c->bootstraps));
+           "pages served).", WEB_SUM(&v, bootstraps, 0));
     single(e, "web_streams_total", "counter", "WEB proxy: streams opened.",
-           STAT_GET(&v.c->streams));
+           WEB_SUM(&v, streams, 0));
     family(e, "web_bytes_total", "counter", "WEB proxy: stream payload, up (client DATA taken) "
            "and down (backend DATA queued).");
-    u64(e, "web_bytes_total", "direction", "up", NULL, NULL, STAT_GET(&v.c->bytes_up));
-    u64(e, "web_bytes_total", "direction", "down", NULL, NULL, STAT_GET(&v.c->bytes_down));
+    u64(e, "web_bytes_total", "direction", "up", NULL, NULL, WEB_SUM(&v, bytes_up, 0));
+    u64(e, "web_bytes_total", "direction", "down", NULL, NULL, WEB_SUM(&v, bytes_down, 0));
     family(e, "web_refusals_total", "counter", "WEB proxy: requests and frames refused, by reason "
            "(a limit, a rate, an unknown token, a protocol error).");
     for (int r = 0; r < WEBSESS_R_COUNT; r++)
         u64(e, "web_refusals_total", "reason", websess_reason_name((enum websess_reason)r), NULL,
-            NULL, STAT_GET(&v.c->refused[r]));
+            NULL, WEB_SUM(&v, refused, r));
 }
 
 static const metrics_section_fn sections[] = {

@@ -128,6 +128,21 @@ void httpd_conn_open(struct httpd_conn *c, struct ev_loop *loop, int fd, const u
     ev_timer_start(loop, &c->timer);
 }
 
+int httpd_conn_preload(struct httpd_conn *c, const uint8_t *p, size_t n)
+{
+    uint8_t *dst = c->req;
+    if (n > sizeof c->req) {
+        free(c->big);
+        if (!(c->big = malloc(n)))
+            return -1;
+        c->bigcap = n;
+        dst = c->big;
+    }
+    memcpy(dst, p, n);
+    c->len = n;
+    return 0;
+}
+
 int httpd_conn_detach(struct httpd_conn *c)
 {
     int fd = c->fd;

@@ -440,10 +440,68 @@ static int api_delete(struct webhttp *h, struct httpd_conn *c, const struct http
     return 1;
 }
 
-/* Serves one parsed request: the bridge, the carrier, or the site. */
+/* The token a request carries: an API request's bearer, or the one in a WebSocket's
+ * subprotocol (tproxy-v1.TOKEN, tproxy-lane-v1.TOKEN.N). NULL if none. */
+static const char *request_token(const struct http_request *rq, const uint8_t *buf)
+{
+    static const char *const protos[] = {"tproxy-v1.", "tproxy-lane-v1."};
+    const char *v;
+    size_t vn;
+    if (rq->has_bearer && strlen(rq->bearer) == WEBSESS_TOKEN_LEN)
+        return rq->bearer;
+    if (http_header(buf, rq->consumed, "sec-websocket-protocol", &v, &vn) != 1)
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(protos[i]);
+        if (vn >= k + WEBSESS_TOKEN_LEN && !strncmp(v, protos[i], k))
+            return v + k;
+    }
+    return NULL;
+}
+
+/* Hands c (its socket and the request read) to worker w's server, which holds the request's
+ * token; c is a free slot again. 0, or -1 (out of memory: c is untouched). */
+static int move_to(struct webhttp *h, struct httpd_conn *c, int w)
+{
+    struct webhttp *to = h->group->h[w];
+    const uint8_t *b = c->big ? c->big : c->req;
+    struct webmove *m = malloc(sizeof *m + c->len);
+    if (!m)
+        return -1;
+    memcpy(m->src, c->src, sizeof m->src);
+    memcpy(m->b, b, c->len);
+    m->len = c->len;
+    m->next = NULL;
+    m->fd = httpd_conn_detach(c);
+    pthread_mutex_lock(&to->inbox_mu);
+    *to->inbox_tail = m;
+    to->inbox_tail = &m->next;
+    pthread_mutex_unlock(&to->inbox_mu);
+    ev_async_send(to->loop, &to->inbox_async);
+    return 0;
+}
+
+/* The other worker of this instance whose table holds the request's token, or -1. */
+static int owner_elsewhere(const struct webhttp *h, const struct http_request *rq,
+                           const uint8_t *buf)
+{
+    const char *tok = request_token(rq, buf);
+    int inst, w;
+    if (!tok || h->group->n < 2 ||
+        websess_token_owner(tok, WEBSESS_TOKEN_LEN, &inst, &w) != 0 ||
+        inst != h->lim.instance || w == h->index || w >= h->group->n)
+        return -1;
+    return w;
+}
+
+/* Serves one parsed request: the bridge, the carrier, or the site; or hands it to the worker
+ * that holds its token. */
 static void serve(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq,
                   const uint8_t *buf)
 {
+    int w = owner_elsewhere(h, rq, buf);
+    if (w >= 0 && move_to(h, c, w) == 0)
+        return; /* c->fd is -1: the slot is free */
     struct sock_addr peer;
     client_addr(h, c, buf, rq, &peer);
     const char *p = rq->path;
@@ -550,7 +608,8 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
     }
 }
 
-void webhttp_adopt(struct webhttp *h, int fd, const uint8_t src[16])
+/* A slot for fd from src (evicting as the slots' rules say), open; NULL (fd closed) if none. */
+static struct httpd_conn *adopt(struct webhttp *h, int fd, const uint8_t src[16])
 {
     int per = src_trusted(h, src) ? WEB_MAX_CONNS : WEB_MAX_PER_SOURCE;
     struct httpd_conn *c = httpd_slot_get(h->conns, WEB_MAX_CONNS, per, src);
@@ -558,9 +617,15 @@ void webhttp_adopt(struct webhttp *h, int fd, const uint8_t src[16])
         hconn_close(h, c);
     if (!c) {
         close(fd);
-        return;
+        return NULL;
     }
     httpd_conn_open(c, h->loop, fd, src, WEB_READ_TIMEOUT);
+    return c;
+}
+
+void webhttp_adopt(struct webhttp *h, int fd, const uint8_t src[16])
+{
+    adopt(h, fd, src);
 }
 
 static void on_retry(struct ev_loop *loop, ev_timer *t, int revents)
@@ -629,7 +694,30 @@ static void web_stop(void *arg)
     h->stopped = 1;
 }
 
-struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct options *opt)
+/* Requests other workers handed over: each served as if just read here. */
+static void on_inbox(struct ev_loop *loop, ev_async *a, int revents)
+{
+    struct webhttp *h = a->data;
+    pthread_mutex_lock(&h->inbox_mu);
+    struct webmove *m = h->inbox;
+    h->inbox = NULL;
+    h->inbox_tail = &h->inbox;
+    pthread_mutex_unlock(&h->inbox_mu);
+    while (m) {
+        struct webmove *next = m->next;
+        struct httpd_conn *c = h->stopped ? NULL : adopt(h, m->fd, m->src);
+        if (c && httpd_conn_preload(c, m->b, m->len) == 0)
+            hconn_read(h, c); /* the whole request is there: served now */
+        else if (c)
+            hconn_close(h, c);
+        free(m);
+        m = next;
+    }
+}
+
+/* One worker's server (its table counting in g->live). NULL if out of memory (lfd closed). */
+static struct webhttp *server_new(struct webgroup *g, int index, struct proxy_worker *pw,
+                                  int lfd, const struct options *opt)
 {
     struct webhttp *h = calloc(1, sizeof *h);
     struct websess_hooks hooks;
@@ -637,11 +725,11 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
         h->sxmask = 255;
         h->sx = calloc(h->sxmask + 1, sizeof *h->sx);
         websess_limits_from(opt, &h->lim);
-        websess_shared_init(&h->shared);
+        h->lim.worker = (uint8_t)index;
         webstream_hooks(h, &hooks);
         hooks.on_end = on_session_end;
         hooks.on_down = on_lane_down;
-        h->t = websess_table_new(&h->lim, &h->shared, &hooks);
+        h->t = websess_table_new(&h->lim, &g->live, &hooks);
     }
     if (!h || !h->sx || !h->t) {
         if (h) {
@@ -655,6 +743,10 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     h->pw = pw;
     h->loop = pw->w->loop;
     h->lfd = lfd;
+    h->index = index;
+    h->group = g;
+    pthread_mutex_init(&h->inbox_mu, NULL);
+    h->inbox_tail = &h->inbox;
     h->mode = opt->web_carrier == WEB_WEBSOCKET         ? WEBSESS_WEBSOCKET
               : opt->web_carrier == WEB_WEBSOCKET_LANES ? WEBSESS_WEBSOCKET_LANES
               : opt->web_carrier == WEB_HTTPS_LANES     ? WEBSESS_HTTPS_LANES
@@ -672,26 +764,28 @@ struct webhttp *webhttp_new(struct proxy_worker *pw, int lfd, const struct optio
     ev_timer_init(&h->sweep, on_sweep, 1.0, 1.0);
     ev_prepare_init(&h->kick, on_kick);
     ev_idle_init(&h->idle, on_idle);
+    ev_async_init(&h->inbox_async, on_inbox);
     h->lio.data = h->retry.data = h->sweep.data = h->kick.data = h->idle.data = h;
+    h->inbox_async.data = h;
     ev_io_start(h->loop, &h->lio);
     ev_timer_start(h->loop, &h->sweep);
+    ev_async_start(h->loop, &h->inbox_async);
     pw->service_stop = web_stop;
     pw->service = h;
     return h;
 }
 
-void webhttp_view(const struct webhttp *h, struct webhttp_view *v)
+/* Frees h once its worker's loop has ended (or never ran). */
+static void server_free(struct webhttp *h)
 {
-    v->c = h && h->t ? websess_counters(h->t) : NULL;
-    v->live = h ? &h->shared : NULL;
-}
-
-void webhttp_free(struct webhttp *h)
-{
-    if (!h)
-        return;
     web_stop(h); /* a worker that never ran: its loop is still there */
     h->pw->service_stop = NULL;
+    for (struct webmove *m = h->inbox, *next; m; m = next) { /* handed over, never served */
+        next = m->next;
+        close(m->fd);
+        free(m);
+    }
+    pthread_mutex_destroy(&h->inbox_mu);
     for (size_t i = 0; i <= h->sxmask; i++)
         while (h->sx[i]) {
             struct websx *x = h->sx[i];
@@ -703,4 +797,52 @@ void webhttp_free(struct webhttp *h)
     free(h->capuser);
     cidr_set_free(&h->trusted);
     free(h);
+}
+
+struct webgroup *webgroup_new(struct proxy_worker *pws, int n, const int *lfds,
+                              const struct options *opt)
+{
+    struct webgroup *g = n > 0 && n <= WEB_MAX_WORKERS
+                             ? calloc(1, sizeof *g + (size_t)n * sizeof g->h[0])
+                             : NULL;
+    if (g)
+        websess_shared_init(&g->live);
+    for (int i = 0; i < n; i++) {
+        if (g && (g->h[i] = server_new(g, i, &pws[i], lfds[i], opt)) != NULL) {
+            g->n = i + 1;
+            continue;
+        }
+        if (!g) {
+            close(lfds[i]);
+            continue;
+        }
+        for (int k = i + 1; k < n; k++)
+            close(lfds[k]);
+        webgroup_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+struct webhttp *webgroup_server(struct webgroup *g, int i)
+{
+    return g && i >= 0 && i < g->n ? g->h[i] : NULL;
+}
+
+void webgroup_view(const struct webgroup *g, struct webhttp_view *v)
+{
+    v->n = 0;
+    v->live = g ? &g->live : NULL;
+    for (int i = 0; g && i < g->n; i++)
+        if (g->h[i]->t)
+            v->c[v->n++] = websess_counters(g->h[i]->t);
+}
+
+void webgroup_free(struct webgroup *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->n; i++)
+        server_free(g->h[i]);
+    free(g);
 }

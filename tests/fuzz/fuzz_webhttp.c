@@ -84,7 +84,7 @@ static void setup(void)
         struct sockaddr_un un = {.sun_family = AF_UNIX};
         FUZZ_CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&un, sizeof(sa_family_t)) == 0 &&
                    listen(lfd, 1) == 0);
-        F.h[i] = webhttp_new(&F.pw[i], lfd, &o);
+        F.h[i] = webgroup_server(webgroup_new(&F.pw[i], 1, &lfd, &o), 0);
         FUZZ_CHECK(F.h[i]);
     }
     uint8_t key[WEBCAP_SECRET_MAX];

@@ -14,7 +14,7 @@ HOST = "proxy.example.com"
 
 
 class Web:
-    def __init__(self, procs, extra=()):
+    def __init__(self, procs, extra=(), workers=1):
         self.procs = procs
         self.plain = new_secret()
         self.dd = "dd" + new_secret()
@@ -24,7 +24,7 @@ class Web:
         self.web = ("127.0.0.1", port)
         self.proxy = procs.proxy([("plain", self.plain), ("padded", self.dd)], dcs,
                                  extra=["--web-listen", f"127.0.0.1:{port}", "--web-host", HOST,
-                                        *extra])
+                                        *extra], workers=workers)
         assert wait_until(lambda: " web: WEB proxy " in self.proxy.stderr_tail(400), T(5))
 
     def visitor(self, method, path, headers=None, body=b""):
@@ -405,3 +405,32 @@ def test_websocket_lanes_refusals(procs):
     ok = WebSocket(s, lane=8)
     assert ok.ok, "the session lives on"
     ok.close()
+
+
+@pytest.mark.parametrize("carrier", ["https", "websocket-lanes"])
+def test_two_workers(procs, carrier):
+    """workers = 2: each worker serves web-listen (SO_REUSEPORT) with its own sessions; a token's
+    second character names the worker that holds it, and requests the kernel hands to the other
+    worker reach it anyway (handed over with the bytes read): eight sessions, spread over both
+    workers, each carry test_client's bytes to the fake DC and back; /metrics adds the workers
+    up."""
+    from test_ja4stat import http_get
+    from test_metrics import samples, val
+    mport = free_ports(1)[0]
+    w = Web(procs, extra=["--web-carrier", carrier, "--metrics", f"127.0.0.1:{mport}"],
+            workers=2)
+    adapters = [Adapter(w.web, HOST, w.dd, carrier=carrier) for _ in range(8)]
+    held_by = sorted({a.sess.token[1] for a in adapters})
+    assert held_by == ["A", "B"], [a.sess.token[:2] for a in adapters]
+    bg = [w.procs.client_bg(a.addr, w.dd, "dd", 2, 100000, 300000, name=f"c{i}{k}")
+          for i, a in enumerate(adapters) for k in range(2)]
+    for p in bg:
+        assert_ok(w.procs.result(p, timeout=60))
+    for a in adapters:
+        assert not a.errors, a.errors
+    smp = samples(http_get(mport, "/metrics")[1].decode())
+    assert val(smp, "mtproxy_web_sessions_total", carrier=carrier) == 8
+    assert val(smp, "mtproxy_web_streams_total") == 16
+    assert val(smp, "mtproxy_web_sessions") == 8
+    for a in adapters:
+        a.abandon()
