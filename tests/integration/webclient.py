@@ -97,6 +97,17 @@ class Session:
         return self.post("/api/v1/session", b"", self.token, method="DELETE")
 
 
+def ws_accept(key):
+    """The Sec-WebSocket-Accept value for a Sec-WebSocket-Key (RFC 6455 4.2.2)."""
+    guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    return base64.b64encode(hashlib.sha1((key + guid).encode()).digest()).decode()
+
+
+# RFC 6455 1.3's own example: a wrong GUID here would agree with the same wrong GUID in the
+# server while no browser would take the answer.
+assert ws_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
 class WebSocket:
     """A minimal RFC 6455 client socket for the websocket carrier: GET /api/v1/ws with the
     subprotocol tproxy-v1.<session token>; binary messages (masked, as a client must)."""
@@ -122,8 +133,7 @@ class WebSocket:
         self.status = int(lines[0].split()[1])
         self.headers = {k.strip().lower(): v.strip()
                         for k, _, v in (ln.partition(":") for ln in lines[1:])}
-        want = base64.b64encode(hashlib.sha1(
-            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC11B85").encode()).digest()).decode()
+        want = ws_accept(key)
         self.ok = self.status == 101 and self.headers.get("sec-websocket-accept") == want
         self.wlock = threading.Lock()
 
