@@ -234,11 +234,14 @@ class Stream:
 class Adapter:
     """Listens on 127.0.0.1; each accepted connection is a stream of one session: its bytes go
     up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
-    credit), EOF either way is CLOSE."""
+    credit), EOF either way is CLOSE. With a link (an object shaped like WebSocket here: send
+    a batch, recv a whole batch, close) the frames go through it instead, past its WELCOME."""
 
-    def __init__(self, web_addr, host, secret_hex, tls=None, session=None, carrier="https"):
-        self.sess = session or Session(web_addr, host, secret_hex, tls, mode=carrier)
-        self.ws = WebSocket(self.sess) if carrier == "websocket" else None
+    def __init__(self, web_addr, host, secret_hex, tls=None, session=None, carrier="https",
+                 link=None):
+        self.sess = None if link else session or Session(web_addr, host, secret_hex, tls,
+                                                         mode=carrier)
+        self.ws = link or (WebSocket(self.sess) if carrier == "websocket" else None)
         assert self.ws is None or self.ws.ok, (self.ws.status, self.ws.headers)
         self.lock = threading.Condition()
         self.streams, self.upq, self.next_id = {}, [], 1
