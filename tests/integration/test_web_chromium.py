@@ -19,6 +19,7 @@ import hashlib
 import json
 import queue
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from harness import T, assert_ok, free_ports, wait_until
+from harness import Proc, T, assert_ok, free_ports, wait_until
 from test_ja4stat import http_get
 from test_metrics import Chrome, samples, start_chromium, val
 from test_web import HOST
@@ -522,3 +523,23 @@ def test_session_ended_by_the_server(bridge):
         ("POST", ORIGIN + "/api/v1/down")
     assert reqs[1] == ("POST", ORIGIN + "/api/v1/session"), reqs
     assert reqs[2:] in ([first], [first, ("DELETE", ORIGIN + "/api/v1/session")]), reqs
+
+
+def test_terminator_outage_then_back(bridge):
+    """nginx goes away under a held poll and comes back a moment later: the page reports
+    reconnecting and repeats its poll until nginx answers; the session still carries
+    test_client's bytes both ways, and the page reports connected again."""
+    nonce = secrets.token_urlsafe(32)
+    bridge.injected(bridge.w.dd, "#android=" + nonce)
+    bridge.link.wait_init(nonce)
+    bridge.link.hello()
+    assert wait_until(lambda: ("POST", ORIGIN + "/api/v1/down") in bridge.browser.requests(), 5)
+    old = bridge.t.p
+    old.stop(signal.SIGKILL)
+    assert wait_until(lambda: "reconnecting" in bridge.link.states(), 10), bridge.link.control
+    bridge.t.p = Proc("nginx-again", old.argv, bridge.w.procs.workdir)
+    bridge.w.procs.all.append(bridge.t.p)
+    assert wait_until(bridge.t._up, 5), bridge.t.p.stderr_tail()
+    bridge.transfer(bridge.w.dd, "dd", 64 << 10, 256 << 10)
+    assert bridge.link.states() == ["connecting", "connected", "reconnecting", "connected"]
+    assert bridge.metric("mtproxy_web_sessions_total", carrier="https") == 1  # the same session
