@@ -230,18 +230,22 @@ static int token_ok(const char *token)
     return 1;
 }
 
-int webpage_render(const char *token, enum websess_mode mode, struct sbuf *out,
+int webpage_render(const char *token, enum websess_mode mode, const char *host, struct sbuf *out,
                    char csp[WEBPAGE_CSP_MAX])
 {
     uint8_t raw[16];
-    char nonce[WEBPAGE_NONCE_LEN + 1];
-    if (!token_ok(token) || crypto_random(raw, sizeof raw) != 0)
+    char nonce[WEBPAGE_NONCE_LEN + 1], name[WEBCAP_HOST_MAX + 1];
+    if (!token_ok(token) || !host || webcap_host(host, strlen(host), name, sizeof name) < 0 ||
+        strcmp(name, host) || crypto_random(raw, sizeof raw) != 0)
         return -1;
     webcap_b64url(raw, sizeof raw, nonce, sizeof nonce);
+    /* wss://HOST beside 'self': engines before CSP 3 do not let 'self' match wss. The sandbox
+     * takes popups, forms, top navigation and the like away from the page (P 4). */
     snprintf(csp, WEBPAGE_CSP_MAX,
-             "default-src 'none'; script-src 'nonce-%s'; connect-src 'self'; base-uri 'none'; "
-             "form-action 'none'; frame-ancestors 'self' http://127.0.0.1:*",
-             nonce);
+             "default-src 'none'; script-src 'nonce-%s'; connect-src 'self' wss://%s; "
+             "base-uri 'none'; form-action 'none'; frame-ancestors http://127.0.0.1:*; "
+             "sandbox allow-same-origin allow-scripts",
+             nonce, host);
     const struct {
         const char *key, *value;
     } subst[] = {{"@NONCE@", nonce}, {"@TOKEN@", token}, {"@CARRIER@", websess_mode_name(mode)}};
