@@ -13,7 +13,8 @@ and back (test_client and the fake DC check every byte). The two boundaries of t
     navigation, the #android=NONCE fragment, answered with tproxy-android-init).
 Every request Chromium makes (the page's target and every frame or worker target, each attached
 on its own) is logged: the bridge may only speak to its own origin (https and wss), and the
-parent page to its own loopback origin."""
+parent page to its own loopback origin; and no page may log an error (a request the bridge's CSP
+stops never reaches the network log, but is an error)."""
 import base64
 import hashlib
 import json
@@ -200,19 +201,28 @@ class Browser(Chrome):
         assert "exceptionDetails" not in r, r["exceptionDetails"]
         return r["result"].get("value")
 
-    def requests(self):
-        """(method, url) of every request seen so far, WebSocket handshakes as ("WS", url)."""
+    def log(self):
+        """(method, url, the URL of the document that made it) of every request seen so far,
+        WebSocket handshakes as ("WS", url, the URL of the script that opened it)."""
         out = []
         for e in list(self.events):
+            p = e.get("params", {})
             if e.get("method") == "Network.requestWillBeSent":
-                out.append((e["params"]["request"]["method"], e["params"]["request"]["url"]))
+                out.append((p["request"]["method"], p["request"]["url"], p.get("documentURL")))
             elif e.get("method") == "Network.webSocketCreated":
-                out.append(("WS", e["params"]["url"]))
+                frames = p.get("initiator", {}).get("stack", {}).get("callFrames", [{}])
+                out.append(("WS", p["url"], frames[0].get("url")))
         return out
 
-    def offsite(self, *allowed, start=0):
-        """The requests seen so far (from the start'th on) to an origin not in allowed."""
-        return [r for r in self.requests()[start:] if origin_of(r[1]) not in allowed]
+    def requests(self):
+        """(method, url) of every request seen so far, WebSocket handshakes as ("WS", url)."""
+        return [r[:2] for r in self.log()]
+
+    def offsite(self, *allowed, start=0, by=None):
+        """The requests seen so far (from the start'th on; made by a document of origin `by`
+        if given) to an origin not in allowed."""
+        return [r[:2] for r in self.log()[start:] if origin_of(r[1]) not in allowed and
+                (by is None or origin_of(r[2] or "") == by)]
 
     def response_header(self, url, name):
         for e in list(self.events):
@@ -388,12 +398,14 @@ class Bridge:
         assert self.metric("mtproxy_web_sessions_ended_total", how="closed") == 1
 
     def check_log(self, *allowed):
-        """Every request went to the bridge's origin (or allowed); the bridge ran the carrier;
-        nothing failed in the pages."""
-        reqs = self.browser.requests()
+        """Every request went to the bridge's origin (or allowed), every request of the bridge's
+        document to its own origin; the bridge ran the carrier; nothing failed in the pages (a
+        request the page's CSP stopped would be an error here: it never reaches the network)."""
+        reqs, own = self.browser.requests(), ("POST", ORIGIN + "/api/v1/session", ORIGIN)
         assert not self.browser.offsite(ORIGIN, "wss://" + HOST, *allowed), reqs
-        urls = {u for _, u in reqs}
-        assert ORIGIN + "/api/v1/session" in urls, reqs  # the bridge frame's requests are seen
+        # the bridge's own requests (its frame's, when out of process, are seen) to its origin
+        assert own in [(m, u, origin_of(d or "")) for m, u, d in self.browser.log()], reqs
+        assert not self.browser.offsite(ORIGIN, "wss://" + HOST, by=ORIGIN), reqs
         ws = ("WS", "wss://" + HOST + "/api/v1/ws") in reqs
         up = ("POST", ORIGIN + "/api/v1/up") in reqs
         down = ("POST", ORIGIN + "/api/v1/down") in reqs
@@ -492,13 +504,19 @@ def test_parent_must_be_numeric_loopback(bridge):
 
 def test_injected_object_needs_the_fragment(bridge):
     """Without the #android= fragment the injected object is not taken: the page sends it
-    nothing and makes no session."""
+    nothing and makes no session. A request to another origin is stopped by the page's CSP."""
     bridge.injected(bridge.w.plain, "")
     assert wait_until(lambda: bridge.browser.eval("location.href") == ORIGIN + "/", 10)
     bridge.link.send(HELLO_FRAME)
     time.sleep(1.5)
     assert not bridge.link.control and bridge.link.q.empty(), bridge.link.control
     assert ("POST", ORIGIN + "/api/v1/session") not in bridge.browser.requests()
+    # The page's CSP stops a request of its document to another origin before the network
+    # (the network log never sees it), and says so in an error, which check_log refuses too.
+    bridge.browser.eval("fetch('http://127.0.0.1:1/elsewhere').catch(() => 0)")
+    assert wait_until(lambda: [e for e in bridge.browser.errors() if
+                               "http://127.0.0.1:1/elsewhere" in e and "Security Policy" in e], 5)
+    assert not bridge.browser.offsite(ORIGIN)
 
 
 @pytest.mark.parametrize("bridge", ["https", "websocket"], indirect=True)
