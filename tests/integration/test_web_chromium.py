@@ -136,11 +136,15 @@ class Browser(Chrome):
         self.events = []
         self.on_binding = None
         threading.Thread(target=self._read, daemon=True).start()
-        for m in ("Page.enable", "Runtime.enable", "Network.enable", "Log.enable"):
-            self.call(m)
-        self.call("Runtime.addBinding", name="appSend")
-        self.call("Target.setAutoAttach", autoAttach=True, waitForDebuggerOnStart=True,
-                  flatten=True)
+        try:
+            for m in ("Page.enable", "Runtime.enable", "Network.enable", "Log.enable"):
+                self.call(m)
+            self.call("Runtime.addBinding", name="appSend")
+            self.call("Target.setAutoAttach", autoAttach=True, waitForDebuggerOnStart=True,
+                      flatten=True)
+        except BaseException:
+            self.close()
+            raise
 
     def _send(self, method, params, session=None):
         """Sends a command; returns [Event, answer] for the caller to wait on (None for a
@@ -377,7 +381,8 @@ class Bridge:
         assert self.w.dc.wait_line(rf"^DONE listener=2 up_ok={up} mismatch=none$", T(5),
                                    start=mark)
         assert not a.errors, a.errors
-        return a, took
+        a.abandon()
+        return took
 
     def metric(self, name, **labels):
         return val(samples(http_get(self.mport, "/metrics")[1].decode()), name, **labels)
@@ -446,7 +451,7 @@ def test_message_channel_parent(bridge, kind):
     bridge.through_parent(secret)
     bridge.browser.eval("init({t: 'tproxy-init', v: 1})")
     bridge.link.hello()
-    _, took = bridge.transfer(secret, tag, UP, DOWN)
+    took = bridge.transfer(secret, tag, UP, DOWN)
     print(f"parent, {bridge.carrier}, {kind}: {UP} bytes up, {DOWN} down in {took:.2f} s")
     bridge.close_session()
     bridge.check_log(bridge.parent.origin)
@@ -465,7 +470,7 @@ def test_injected_object(bridge, kind):
     bridge.link.wait_init(nonce)
     assert bridge.browser.eval("location.href") == ORIGIN + "/"
     bridge.link.hello()
-    _, took = bridge.transfer(secret, tag, UP, DOWN)
+    took = bridge.transfer(secret, tag, UP, DOWN)
     print(f"injected, {bridge.carrier}, {kind}: {UP} bytes up, {DOWN} down in {took:.2f} s")
     bridge.close_session()
     bridge.check_log()
