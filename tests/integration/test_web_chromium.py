@@ -548,6 +548,22 @@ def test_session_ended_by_the_server(bridge):
     assert reqs[2:] in ([first], [first, ("DELETE", ORIGIN + "/api/v1/session")]), reqs
 
 
+def test_partial_frame_from_the_app_fails_the_session(bridge):
+    """A buffer from the app that is not whole frames (over the injected object; a string that
+    is not JSON is let be): the page tells the app failed, then close, and ends the session."""
+    nonce = secrets.token_urlsafe(32)
+    bridge.injected(bridge.w.plain, "#android=" + nonce)
+    bridge.link.wait_init(nonce)
+    bridge.link.hello()
+    bridge.browser.eval("appDeliver('j', 'not json')")
+    bridge.link.send(frame(0x01, 1) + b"\x02\x00\x00")
+    assert bridge.link.recv(10) == (0x8, b"")
+    assert bridge.link.states() == ["connecting", "connected", "failed"], bridge.link.control
+    assert bridge.link.control[-1] == {"t": "close"}
+    assert wait_until(lambda: bridge.metric("mtproxy_web_sessions") == 0, 5)
+    assert bridge.metric("mtproxy_web_streams_total") == 0  # the OPEN before it never went up
+
+
 def test_terminator_outage_then_back(bridge):
     """nginx goes away under a held poll and comes back a moment later: the page reports
     reconnecting and repeats its poll until nginx answers; the session still carries
