@@ -368,13 +368,17 @@ class Bridge:
         self.browser.call("Page.addScriptToEvaluateOnNewDocument", source=INJECT_JS)
         self.browser.call("Page.navigate", url=self.url(secret) + fragment)
 
-    def transfer(self, secret, tag, up, down):
+    def transfer(self, secret, tag, up, down, *extra, during=None):
         """test_client's bytes through the page: up and down, checked byte for byte by
-        test_client and the fake DC."""
+        test_client and the fake DC (extra: test_client's; during(mark): run meanwhile, mark
+        the fake DC's first line of it). Returns the seconds it took."""
         a = Adapter(None, HOST, None, link=self.link)
         mark = self.w.dc.mark()
         t0 = time.monotonic()
-        res = self.w.client(a, tag, up, down, secret, "--expect-dc", 2)
+        p = self.w.procs.client_bg(a.addr, secret, tag, 2, up, down, "--expect-dc", 2, *extra)
+        if during:
+            during(mark)
+        res = self.w.procs.result(p, timeout=60)
         took = time.monotonic() - t0
         assert_ok(res)
         assert res["up_total"] == up and res["down_total"] == down
@@ -565,20 +569,33 @@ def test_partial_frame_from_the_app_fails_the_session(bridge):
 
 
 def test_terminator_outage_then_back(bridge):
-    """nginx goes away under a held poll and comes back a moment later: the page reports
-    reconnecting and repeats its poll until nginx answers; the session still carries
-    test_client's bytes both ways, and the page reports connected again."""
+    """nginx goes away in the middle of a transfer and comes back a moment later: the page
+    reports reconnecting and repeats its requests as they were (the same X-Up-Seq and body, the
+    same X-Down-Cursor: the relay answers a repeat as before), the same session carries
+    test_client's bytes both ways to the end, and the page reports connected again."""
     nonce = secrets.token_urlsafe(32)
     bridge.injected(bridge.w.dd, "#android=" + nonce)
     bridge.link.wait_init(nonce)
     bridge.link.hello()
-    assert wait_until(lambda: ("POST", ORIGIN + "/api/v1/down") in bridge.browser.requests(), 5)
-    old = bridge.t.p
-    old.stop(signal.SIGKILL)
-    assert wait_until(lambda: "reconnecting" in bridge.link.states(), 10), bridge.link.control
-    bridge.t.p = Proc("nginx-again", old.argv, bridge.w.procs.workdir)
-    bridge.w.procs.all.append(bridge.t.p)
-    assert wait_until(bridge.t._up, 5), bridge.t.p.stderr_tail()
-    bridge.transfer(bridge.w.dd, "dd", 64 << 10, 256 << 10)
+
+    def outage(mark):
+        assert bridge.w.dc.wait_line(r"^HEADER listener=2 tag=dd dc=2$", T(10), start=mark)
+        time.sleep(0.3)  # bytes under way both ways (test_client reads 1 MiB a second)
+        old = bridge.t.p
+        old.stop(signal.SIGKILL)
+        assert wait_until(lambda: "reconnecting" in bridge.link.states(), 10), \
+            bridge.link.control
+        bridge.t.p = Proc("nginx-again", old.argv, bridge.w.procs.workdir)
+        bridge.w.procs.all.append(bridge.t.p)
+        assert wait_until(bridge.t._up, 5), bridge.t.p.stderr_tail()
+
+    took = bridge.transfer(bridge.w.dd, "dd", 256 << 10, 2 << 20, "--slow-read", 1 << 20,
+                           during=outage)
+    print(f"2 MiB down, 256 KiB up with nginx restarted halfway: {took:.2f} s")
     assert bridge.link.states() == ["connecting", "connected", "reconnecting", "connected"]
     assert bridge.metric("mtproxy_web_sessions_total", carrier="https") == 1  # the same session
+    asked = [(e["params"]["request"]["url"], e["params"]["request"]["headers"].get("X-Up-Seq"),
+              e["params"]["request"]["headers"].get("X-Down-Cursor"))
+             for e in list(bridge.browser.events) if e.get("method") == "Network.requestWillBeSent"
+             and e["params"]["request"]["url"] in (ORIGIN + "/api/v1/up", ORIGIN + "/api/v1/down")]
+    assert len(asked) > len(set(asked)), asked  # some were asked again as they were
