@@ -8,7 +8,7 @@
 #include "web/websess.h"
 
 #define WEBPAGE_NONCE_LEN 22 /* base64url of 16 random bytes: never 43, so never a token */
-#define WEBPAGE_CSP_MAX 320
+#define WEBPAGE_CSP_MAX 512 /* about 250 besides the host name (at most 253) */
 
 /*
  * The page answers `GET /?bridge=CAP` (no-store). It holds no capability and loads nothing:
@@ -24,9 +24,10 @@
  */
 
 /* Appends the page for the bootstrap token (WEBSESS_TOKEN_LEN base64url characters) and the
- * carrier mode to out, and writes its Content-Security-Policy header value into csp. Returns
- * 0, or -1 (a malformed token, no random bytes for the nonce, or out of memory). */
-int webpage_render(const char *token, enum websess_mode mode, struct sbuf *out,
-                   char csp[WEBPAGE_CSP_MAX]);
+ * carrier mode to out, and writes its Content-Security-Policy header value into csp (its
+ * connect-src names wss://host, host being the canonical web-host). Returns 0, or -1 (a
+ * malformed token or host, no random bytes for the nonce, or out of memory). */
+int webpage_render(const char *token, enum websess_mode mode, const char *host,
+                   struct sbuf *out, char csp[WEBPAGE_CSP_MAX]);
 
 #endif

@@ -225,7 +225,7 @@ static int serve_bridge(struct webhttp *h, struct httpd_conn *c, const uint8_t *
         return 0;
     struct sbuf out = {.max = 1 << 20};
     struct httpd_body *b = NULL;
-    if (webpage_render(tok, h->mode, &out, csp) == 0)
+    if (webpage_render(tok, h->mode, h->host, &out, csp) == 0)
         b = httpd_body_of(&out);
     else
         sbuf_free(&out);

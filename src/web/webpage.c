@@ -16,8 +16,12 @@
  *                of at most maxFrames frames and maxBody bytes, one /up at a time;
  *   page -> app: WELCOME, then every /down batch (split into single frames for the
  *                TelegramWebProxy object, whole for a port).
- * A failed /up or /down is repeated with the same X-Up-Seq and body or the same cursor: the
- * relay answers an exact repeat as before (docs/web.md 4).
+ * A failed /up or /down (no answer, or a 5xx) is repeated with the same X-Up-Seq and body or
+ * the same cursor, after a growing pause (about 23 s in all, then the session has failed): the
+ * relay answers an exact repeat as before (docs/web.md 4). Status messages tell the app
+ * connecting, connected, reconnecting (while retrying) and failed (then {t: 'close'}: the
+ * session cannot go on). The app's {t: 'close'}, or the page going away, stops every request
+ * and DELETEs the session.
  */
 static const char page[] =
     "<!doctype html>\n"
@@ -29,16 +33,18 @@ static const char page[] =
     "const bootstrap=\"@TOKEN@\";\n"
     "const bootstrapAuth = {'Authorization': 'Bearer @TOKEN@'};\n"
     "const carrier = '@CARRIER@';\n"
-    "const maxFrames = 4096, maxBody = 2097152, retries = 5;\n"
+    "const maxFrames = 4096, maxBody = 2097152, retries = 8;\n"
+    "const maxQueued = 33554432, maxItems = 16384;\n"
     "const fetchOpts = {credentials: 'omit', cache: 'no-store', redirect: 'error',\n"
     "                   referrerPolicy: 'no-referrer'};\n"
     "const android = /^#android=([A-Za-z0-9_-]+)$/.exec(location.hash);\n"
     "history.replaceState(null, '', location.pathname);\n"
     "let link = null, token = null, hello = null, closed = false, upBusy = false, ws = null;\n"
-    "let upSeq = 0, cursor = 0;\n"
-    "const upQueue = [];\n"
+    "let upSeq = 0, cursor = 0, queued = 0, state = '';\n"
+    "const upQueue = [], quit = new AbortController();\n"
     "const sleep = ms => new Promise(r => setTimeout(r, ms));\n"
-    "const status = state => { try { link.control({t: 'status', state}); } catch (e) {} };\n"
+    "const control = msg => { try { link.control(msg); } catch (e) {} };\n"
+    "const status = s => { if (s !== state) control({t: 'status', state: (state = s)}); };\n"
     "\n"
     "/* The frames of a batch (8-byte header: type, stream u24, len u32, big-endian). */\n"
     "function split(buf) {\n"
@@ -56,7 +62,8 @@ static const char page[] =
     "function shut(failed) {\n"
     "  if (closed) return;\n"
     "  closed = true;\n"
-    "  if (failed) status('failed');\n"
+    "  if (failed) { status('failed'); control({t: 'close'}); }\n"
+    "  quit.abort();\n"
     "  if (ws) try { ws.close(); } catch (e) {}\n"
     "  if (token) fetch('/api/v1/session', Object.assign({method: 'DELETE', keepalive: true,\n"
     "    headers: {'Authorization': 'Bearer ' + token}}, fetchOpts)).catch(() => {});\n"
@@ -66,15 +73,27 @@ static const char page[] =
     "  if (!closed) link.send(buf);\n"
     "}\n"
     "\n"
-    "/* One request, repeated as it was after a network error or a 503. */\n"
+    "/* One request, repeated as it was after a network error, a 5xx or 90 s of silence. */\n"
     "async function request(path, headers, body) {\n"
-    "  for (let i = 0; !closed && i < retries; i++) {\n"
+    "  for (let i = 0, pause = 250; !closed && i < retries; i++) {\n"
+    "    const ac = new AbortController(), stop = () => ac.abort();\n"
+    "    const timer = setTimeout(stop, 90000);\n"
+    "    quit.signal.addEventListener('abort', stop);\n"
     "    let r = null;\n"
     "    try {\n"
-    "      r = await fetch(path, Object.assign({method: 'POST', headers, body}, fetchOpts));\n"
+    "      r = await fetch(path, Object.assign({method: 'POST', headers, body,\n"
+    "                                           signal: ac.signal}, fetchOpts));\n"
     "    } catch (e) {}\n"
-    "    if (r && r.status !== 503) return r;\n"
-    "    await sleep(1000);\n"
+    "    clearTimeout(timer);\n"
+    "    quit.signal.removeEventListener('abort', stop);\n"
+    "    if (closed) return null;\n"
+    "    if (r && r.status < 500) {\n"
+    "      if (state === 'reconnecting') status(token ? 'connected' : 'connecting');\n"
+    "      return r;\n"
+    "    }\n"
+    "    status('reconnecting');\n"
+    "    await sleep(pause + Math.random() * pause / 4);\n"
+    "    pause = Math.min(2 * pause, 5000);\n"
     "  }\n"
     "  return null;\n"
     "}\n"
@@ -102,6 +121,7 @@ static const char page[] =
     "  while (n < upQueue.length && n < maxFrames && len + upQueue[n].byteLength <= maxBody)\n"
     "    len += upQueue[n++].byteLength;\n"
     "  const body = new Uint8Array(len), frames = upQueue.splice(0, Math.max(n, 1));\n"
+    "  queued -= n ? len : frames[0].byteLength;\n"
     "  if (n === 0) return new Uint8Array(frames[0]);\n"
     "  let off = 0;\n"
     "  for (const f of frames) { body.set(new Uint8Array(f), off); off += f.byteLength; }\n"
@@ -147,10 +167,11 @@ static const char page[] =
     "  ws.onclose = () => shut(1);\n"
     "}\n"
     "\n"
-    "/* Whatever the app sends: its HELLO, then frames; or a control message. */\n"
+    "/* Whatever the app sends: its HELLO, then whole frames (else the session fails); or a\n"
+    " * control message (JSON in a string over the injected object: other strings are let be). */\n"
     "function fromApp(data) {\n"
     "  if (closed) return;\n"
-    "  if (typeof data === 'string') data = JSON.parse(data);\n"
+    "  if (typeof data === 'string') try { data = JSON.parse(data); } catch (e) { return; }\n"
     "  if (!(data instanceof ArrayBuffer)) {\n"
     "    if (data && data.t === 'close') shut(0);\n"
     "    return;\n"
@@ -160,7 +181,8 @@ static const char page[] =
     "    createSession();\n"
     "    return;\n"
     "  }\n"
-    "  for (const f of split(data)) upQueue.push(f);\n"
+    "  for (const f of split(data)) { upQueue.push(f); queued += f.byteLength; }\n"
+    "  if (queued > maxQueued || upQueue.length > maxItems) return shut(1);\n"
     "  if (ws && ws.readyState === 1) while (upQueue.length) ws.send(takeBatch());\n"
     "  pumpUp();\n"
     "}\n"
@@ -190,9 +212,10 @@ static const char page[] =
     "    send: buf => { for (const f of split(buf)) native.postMessage(f); },\n"
     "    control: msg => native.postMessage(JSON.stringify(msg)),\n"
     "  };\n"
-    "  native.onmessage = m => { try { fromApp(m.data); } catch (e) {} };\n"
+    "  native.onmessage = m => { try { fromApp(m.data); } catch (e) { shut(1); } };\n"
     "  link.control({t: 'tproxy-android-init', v: 1, nonce: android[1]});\n"
     "}\n"
+    "addEventListener('pagehide', () => shut(0));\n"
     "})();\n"
     "</script>\n"
     "</body></html>\n";
@@ -208,18 +231,22 @@ static int token_ok(const char *token)
     return 1;
 }
 
-int webpage_render(const char *token, enum websess_mode mode, struct sbuf *out,
+int webpage_render(const char *token, enum websess_mode mode, const char *host, struct sbuf *out,
                    char csp[WEBPAGE_CSP_MAX])
 {
     uint8_t raw[16];
-    char nonce[WEBPAGE_NONCE_LEN + 1];
-    if (!token_ok(token) || crypto_random(raw, sizeof raw) != 0)
+    char nonce[WEBPAGE_NONCE_LEN + 1], name[WEBCAP_HOST_MAX + 1];
+    if (!token_ok(token) || !host || webcap_host(host, strlen(host), name, sizeof name) < 0 ||
+        strcmp(name, host) || crypto_random(raw, sizeof raw) != 0)
         return -1;
     webcap_b64url(raw, sizeof raw, nonce, sizeof nonce);
+    /* wss://HOST beside 'self': engines before CSP 3 do not let 'self' match wss. The sandbox
+     * takes popups, forms, top navigation and the like away from the page (P 4). */
     snprintf(csp, WEBPAGE_CSP_MAX,
-             "default-src 'none'; script-src 'nonce-%s'; connect-src 'self'; base-uri 'none'; "
-             "form-action 'none'; frame-ancestors 'self' http://127.0.0.1:*",
-             nonce);
+             "default-src 'none'; script-src 'nonce-%s'; connect-src 'self' wss://%s; "
+             "base-uri 'none'; form-action 'none'; frame-ancestors http://127.0.0.1:*; "
+             "sandbox allow-same-origin allow-scripts",
+             nonce, host);
     const struct {
         const char *key, *value;
     } subst[] = {{"@NONCE@", nonce}, {"@TOKEN@", token}, {"@CARRIER@", websess_mode_name(mode)}};

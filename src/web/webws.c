@@ -19,7 +19,7 @@
 #include "crypto/crypto.h"
 #include "web/webint.h"
 
-#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11" /* RFC 6455 1.3 */
 #define WS_HDR_MAX 14
 #define WS_RETRY 0.05 /* seconds: a batch that did not fit the queues is tried again */
 #define WS_LINGER 2.0 /* seconds: after our close, what the client still sends is read away */

@@ -294,26 +294,37 @@ def test_no_links_off_loopback_without_token(procs):
 
 # --- status page in Chromium ------------------------------------------------------------------
 
-class Chrome:
-    """Headless Chromium with a fresh profile, driven over the DevTools protocol."""
-
-    def __init__(self, tmp_path):
-        import websocket
-        self.dir = tmp_path / "chrome-profile"
-        self.dir.mkdir()
-        self.p = subprocess.Popen(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
-             "--remote-debugging-port=0", f"--user-data-dir={self.dir}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chrome.log", "wb"))
-        port_file = self.dir / "DevToolsActivePort"
+def start_chromium(tmp_path, *extra):
+    """Headless Chromium with a fresh profile in tmp_path and the DevTools protocol on a port of
+    its choice (extra: more switches). Returns (its Popen, its page's DevTools WebSocket)."""
+    import websocket
+    profile = tmp_path / "chrome-profile"
+    profile.mkdir()
+    p = subprocess.Popen(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
+         "--remote-debugging-port=0", f"--user-data-dir={profile}", *extra, "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chrome.log", "wb"))
+    port_file = profile / "DevToolsActivePort"
+    try:
         assert wait_until(lambda: port_file.exists() and port_file.read_text().count("\n"), 30)
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
             page = [t for t in json.load(r) if t["type"] == "page"][0]
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30,
+        return p, websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30,
                                               suppress_origin=True)
+    except BaseException:
+        p.kill()
+        p.wait(10)
+        raise
+
+
+class Chrome:
+    """Headless Chromium with a fresh profile, driven over the DevTools protocol."""
+
+    def __init__(self, tmp_path):
+        self.p, self.ws = start_chromium(tmp_path)
         self.n = 0
         self.events = []
         for m in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):

@@ -97,9 +97,9 @@ class Terminated:
     """Web() (the proxy, fake DC, plain and dd users) with web-trusted-proxies 127.0.0.1, and
     the terminator `kind` in front of web-listen on `self.addr`, TLS with a test CA."""
 
-    def __init__(self, procs, tmp_path, kind, carrier="https"):
+    def __init__(self, procs, tmp_path, kind, carrier="https", extra=()):
         self.w = Web(procs, extra=["--web-trusted-proxies", "127.0.0.1/32",
-                                   "--web-carrier", carrier])
+                                   "--web-carrier", carrier, *extra])
         d = tmp_path / kind
         d.mkdir()
         self.tls = make_ca(d)

@@ -97,6 +97,17 @@ class Session:
         return self.post("/api/v1/session", b"", self.token, method="DELETE")
 
 
+def ws_accept(key):
+    """The Sec-WebSocket-Accept value for a Sec-WebSocket-Key (RFC 6455 4.2.2)."""
+    guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    return base64.b64encode(hashlib.sha1((key + guid).encode()).digest()).decode()
+
+
+# RFC 6455 1.3's own example: a wrong GUID here would agree with the same wrong GUID in the
+# server while no browser would take the answer.
+assert ws_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
 class WebSocket:
     """A minimal RFC 6455 client socket for the websocket carriers: GET /api/v1/ws with the
     subprotocol tproxy-v1.<session token> (or, for one stream of websocket-lanes,
@@ -125,8 +136,7 @@ class WebSocket:
         self.status = int(lines[0].split()[1])
         self.headers = {k.strip().lower(): v.strip()
                         for k, _, v in (ln.partition(":") for ln in lines[1:])}
-        want = base64.b64encode(hashlib.sha1(
-            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC11B85").encode()).digest()).decode()
+        want = ws_accept(key)
         self.ok = self.status == 101 and self.headers.get("sec-websocket-accept") == want
         self.wlock = threading.Lock()
 
@@ -231,13 +241,17 @@ class Adapter:
     """Listens on 127.0.0.1; each accepted connection is a stream of one session: its bytes go
     up as DATA (within the stream's credit), DATA down is written back (WINDOW returns the
     credit), EOF either way is CLOSE. In the lanes carriers each stream has its own uplink and
-    downlink (https-lanes: X-Lane-ID polls; websocket-lanes: a WebSocket per stream)."""
+    downlink (https-lanes: X-Lane-ID polls; websocket-lanes: a WebSocket per stream). With a
+    link (an object shaped like WebSocket here: send a batch, recv a whole batch, close) the
+    frames go through it instead, past its WELCOME."""
 
-    def __init__(self, web_addr, host, secret_hex, tls=None, session=None, carrier="https"):
-        self.sess = session or Session(web_addr, host, secret_hex, tls, mode=carrier)
-        self.lanes = carrier.endswith("-lanes")
+    def __init__(self, web_addr, host, secret_hex, tls=None, session=None, carrier="https",
+                 link=None):
+        self.sess = None if link else session or Session(web_addr, host, secret_hex, tls,
+                                                         mode=carrier)
+        self.lanes = carrier.endswith("-lanes") and not link
         self.carrier = carrier
-        self.ws = WebSocket(self.sess) if carrier == "websocket" else None
+        self.ws = link or (WebSocket(self.sess) if carrier == "websocket" else None)
         assert self.ws is None or self.ws.ok, (self.ws.status, self.ws.headers)
         self.lock = threading.Condition()
         self.streams, self.upq, self.next_id = {}, [], 1

@@ -1,6 +1,8 @@
 /* test_webpage.c: the bridge page: one bootstrap token in a Bearer literal, CSP nonce, no URLs. */
 #include "web/webpage.h"
 
+#include "proto/webcap.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <cmocka.h>
 
 #define TOKEN "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcde"
+#define HOST "proxy.example.com"
 
 static int b64url(char c)
 {
@@ -43,7 +46,7 @@ static void test_page(void **state)
     struct sbuf b = {0};
     char csp[WEBPAGE_CSP_MAX];
     assert_int_equal(strlen(TOKEN), 43);
-    assert_int_equal(webpage_render(TOKEN, WEBSESS_HTTPS, &b, csp), 0);
+    assert_int_equal(webpage_render(TOKEN, WEBSESS_HTTPS, HOST, &b, csp), 0);
     const char *page = b.p;
     /* The token: once as bootstrap="...", once in the Bearer literal, nowhere else. */
     assert_int_equal(token_runs(page, TOKEN), 2);
@@ -61,6 +64,9 @@ static void test_page(void **state)
     assert_ptr_equal(script, strstr(page, tag));
     assert_null(strstr(script + 1, "<script"));
     assert_non_null(strstr(csp, "default-src 'none'"));
+    assert_non_null(strstr(csp, "connect-src 'self' wss://" HOST ";"));
+    assert_non_null(strstr(csp, "frame-ancestors http://127.0.0.1:*;"));
+    assert_non_null(strstr(csp, "sandbox allow-same-origin allow-scripts"));
     assert_null(strstr(csp, "unsafe"));
     /* No other origin: no absolute http(s) URL, nothing loaded. */
     assert_null(strstr(page, "http://"));
@@ -76,7 +82,7 @@ static void test_page(void **state)
     /* A new nonce every time. */
     struct sbuf b2 = {0};
     char csp2[WEBPAGE_CSP_MAX];
-    assert_int_equal(webpage_render(TOKEN, WEBSESS_WEBSOCKET, &b2, csp2), 0);
+    assert_int_equal(webpage_render(TOKEN, WEBSESS_WEBSOCKET, HOST, &b2, csp2), 0);
     assert_string_not_equal(csp, csp2);
     assert_non_null(strstr(b2.p, "const carrier = 'websocket';"));
     sbuf_free(&b);
@@ -88,13 +94,25 @@ static void test_bad_token(void **state)
     (void)state;
     struct sbuf b = {0};
     char csp[WEBPAGE_CSP_MAX];
-    assert_int_equal(webpage_render("short", WEBSESS_HTTPS, &b, csp), -1);
-    assert_int_equal(webpage_render(TOKEN "x", WEBSESS_HTTPS, &b, csp), -1);
+    assert_int_equal(webpage_render("short", WEBSESS_HTTPS, HOST, &b, csp), -1);
+    assert_int_equal(webpage_render(TOKEN "x", WEBSESS_HTTPS, HOST, &b, csp), -1);
     char bad[] = TOKEN;
     bad[5] = '"';
-    assert_int_equal(webpage_render(bad, WEBSESS_HTTPS, &b, csp), -1);
-    assert_int_equal(webpage_render(NULL, WEBSESS_HTTPS, &b, csp), -1);
+    assert_int_equal(webpage_render(bad, WEBSESS_HTTPS, HOST, &b, csp), -1);
+    assert_int_equal(webpage_render(NULL, WEBSESS_HTTPS, HOST, &b, csp), -1);
+    /* the host goes into the CSP: only a canonical name */
+    assert_int_equal(webpage_render(TOKEN, WEBSESS_HTTPS, NULL, &b, csp), -1);
+    assert_int_equal(webpage_render(TOKEN, WEBSESS_HTTPS, "Proxy.example.com", &b, csp), -1);
+    assert_int_equal(webpage_render(TOKEN, WEBSESS_HTTPS, "a.example.com; x", &b, csp), -1);
     assert_int_equal(b.len, 0);
+    /* the longest name still leaves the whole policy room */
+    char longest[WEBCAP_HOST_MAX + 1];
+    for (size_t i = 0; i < WEBCAP_HOST_MAX; i++)
+        longest[i] = i % 2 ? '.' : 'a';
+    longest[WEBCAP_HOST_MAX] = 0;
+    assert_int_equal(webpage_render(TOKEN, WEBSESS_HTTPS, longest, &b, csp), 0);
+    assert_non_null(strstr(csp, "sandbox allow-same-origin allow-scripts"));
+    sbuf_free(&b);
 }
 
 int main(void)
