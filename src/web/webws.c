@@ -180,11 +180,12 @@ static int flush_out(struct webws *w)
         w->issued = 0;
     }
     if (w->closing) { /* closing at once with unread bytes would reset the connection, and
-                       * the client could lose what it had not read yet: shut our side and
-                       * read until its EOF (or WS_LINGER) */
+                       * the client could lose what it had not read yet: read until its EOF
+                       * (or WS_LINGER), as RFC 6455 7.1.1 has the server wait for the client
+                       * to close first (no half-close: a terminator may take our FIN for
+                       * the end of the tunnel) */
         if (!w->lingering) {
             w->lingering = 1;
-            shutdown(w->fd, SHUT_WR);
             ev_timer_stop(w->h->loop, &w->timer);
             ev_timer_set(&w->timer, WS_LINGER, 0);
             ev_timer_start(w->h->loop, &w->timer);
