@@ -1,5 +1,5 @@
-"""test_web_tls.py: WEB proxy mode behind real TLS terminators, nginx and HAProxy, each with a
-certificate of a test CA, in the test's network namespace: the https carrier through them
+"""test_web_tls.py: WEB proxy mode behind real TLS terminators, nginx, HAProxy and Caddy, each
+with a certificate of a test CA, in the test's network namespace: the https carrier through them
 carries test_client's plain and dd MTProxy bytes to the fake DC and back (one stream, and 50
 at once in one session); probes get the ordinary site, the same as a plain visitor through the
 same terminator. The terminators run the README's own snippets (its WEB proxy mode section), on
@@ -93,6 +93,22 @@ defaults
 {fb}"""
 
 
+def caddy_conf(d, port, web_port):
+    """The README's Caddy site on a test port, address and certificate (no ACME), with global
+    options that keep Caddy's state in d and its admin endpoint off."""
+    site = readme_snippet("caddy")
+    site = swap(site, "proxy.example.com {", f"https://{HOST}:{port} {{\n    bind 127.0.0.1\n"
+                f"    tls {d}/server.crt {d}/server.key")
+    site = swap(site, "127.0.0.1:18080", f"127.0.0.1:{web_port}")
+    return f"""{{
+    admin off
+    auto_https disable_redirects
+    skip_install_trust
+    storage file_system {d}/caddy-data
+}}
+{site}"""
+
+
 class Terminated:
     """Web() (the proxy, fake DC, plain and dd users) with web-trusted-proxies 127.0.0.1, and
     the terminator `kind` in front of web-listen on `self.addr`, TLS with a test CA."""
@@ -108,6 +124,12 @@ class Terminated:
         if kind == "nginx":
             (d / "nginx.conf").write_text(nginx_conf(d, port, self.w.web[1]))
             argv = [need("nginx"), "-p", str(d), "-c", str(d / "nginx.conf")]
+        elif kind == "caddy":
+            (d / "Caddyfile").write_text(caddy_conf(d, port, self.w.web[1]))
+            # its state under d, not the home directory
+            argv = ["env", f"HOME={d}", f"XDG_DATA_HOME={d}", f"XDG_CONFIG_HOME={d}",
+                    need("caddy"), "run", "--config", str(d / "Caddyfile"), "--adapter",
+                    "caddyfile"]
         else:
             (d / "haproxy.cfg").write_text(haproxy_conf(d, port, self.w.web[1]))
             argv = [need("haproxy"), "-f", str(d / "haproxy.cfg"), "-db"]
@@ -128,7 +150,7 @@ class Terminated:
         return st, h, b
 
 
-@pytest.fixture(params=["nginx", "haproxy"])
+@pytest.fixture(params=["nginx", "haproxy", "caddy"])
 def term(procs, tmp_path, request):
     return Terminated(procs, tmp_path, request.param)
 
@@ -192,13 +214,16 @@ def test_telethon_through_tls(term, tag, kind, dc):
     a.abandon()
 
 
-@pytest.mark.parametrize("kind", ["nginx", "haproxy"])
-def test_websocket_through_tls(procs, tmp_path, kind):
-    """web-carrier = websocket behind the terminator: the README's snippet passes the upgrade;
-    ten streams of one session carry their bytes both ways."""
-    t = Terminated(procs, tmp_path, kind, carrier="websocket")
-    a = Adapter(t.addr, HOST, t.w.dd, tls=t.tls, carrier="websocket")
+@pytest.mark.parametrize("kind", ["nginx", "haproxy", "caddy"])
+@pytest.mark.parametrize("carrier", ["websocket", "https-lanes", "websocket-lanes"])
+def test_other_carriers_through_tls(procs, tmp_path, kind, carrier):
+    """The other three carriers behind the terminator: the README's snippet passes the upgrades
+    (one WebSocket per session, or per stream) and the lanes' polls; ten streams of one session
+    carry their bytes both ways."""
+    t = Terminated(procs, tmp_path, kind, carrier=carrier)
+    a = Adapter(t.addr, HOST, t.w.dd, tls=t.tls, carrier=carrier)
     res = t.w.client(a, "dd", 1 << 20, 2 << 20, t.w.dd, "--expect-dc", 2)
+    assert not a.errors, a.errors  # the adapter's own account first
     assert_ok(res)
     bg = [t.w.procs.client_bg(a.addr, t.w.dd, "dd", 2, 100000, 300000, name=f"c{i}")
           for i in range(10)]
