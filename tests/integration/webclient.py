@@ -6,7 +6,9 @@ import hashlib
 import hmac
 import os
 import re
+import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -108,6 +110,67 @@ def ws_accept(key):
 assert ws_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 
 
+def tls_pipe(tls_sock, timeout):
+    """The plain end of a socketpair whose bytes one thread of its own moves to and from
+    tls_sock (a TLS socket done with its handshake). A WebSocket's reader and writer are two
+    threads, and an OpenSSL connection must not be used by two at once: a read and a write at
+    the same moment broke records now and then (the terminator then dropped the connection).
+    As a socket would: the server's EOF is an EOF on the returned end, which can still write
+    (what the server no longer takes is dropped) until it is closed."""
+    app, end = socket.socketpair()
+    app.settimeout(timeout)
+    tls_sock.setblocking(False)
+    end.setblocking(False)
+    again = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError)
+
+    def step(fn, arg, tls):
+        """fn(arg), or None if it would block or, on the TLS side, failed (then dead)."""
+        try:
+            return fn(arg)
+        except again:
+            return None
+        except OSError:
+            if not tls:
+                raise
+            dead.append(True)
+            return None
+
+    dead = []
+
+    def pump():
+        up, down = b"", b""  # app -> server, server -> app
+        tls_eof = app_eof = eof_passed = False
+        try:
+            while not (app_eof and (not up or dead)):
+                if tls_eof and not down and not eof_passed:
+                    end.shutdown(socket.SHUT_WR)
+                    eof_passed = True
+                rl = ([tls_sock] if not tls_eof and len(down) < 1 << 20 else []) + \
+                    ([end] if not app_eof and len(up) < 1 << 20 else [])
+                wl = ([tls_sock] if up else []) + ([end] if down else [])
+                if tls_sock in rl and tls_sock.pending():
+                    r, w = [tls_sock], []
+                else:
+                    r, w, _ = select.select(rl, wl, [], 60)
+                d = step(tls_sock.recv, 65536, True) if tls_sock in r else None
+                if d is not None:
+                    down, tls_eof = down + d, not d
+                d = step(end.recv, 65536, False) if end in r else None
+                if d is not None:
+                    up, app_eof = up + d, not d
+                up = up[step(tls_sock.send, up, True) or 0:] if tls_sock in w else up
+                down = down[step(end.send, down, False) or 0:] if end in w else down
+                if dead:  # what the server no longer takes is dropped
+                    up, tls_eof = b"", True
+        except OSError:  # the app's end failed: nothing more to do
+            pass
+        for s in (tls_sock, end):
+            s.close()
+
+    threading.Thread(target=pump, daemon=True).start()
+    return app
+
+
 class WebSocket:
     """A minimal RFC 6455 client socket for the websocket carriers: GET /api/v1/ws with the
     subprotocol tproxy-v1.<session token> (or, for one stream of websocket-lanes,
@@ -119,8 +182,8 @@ class WebSocket:
         key = base64.b64encode(os.urandom(16)).decode()
         raw_sock = socket.create_connection(sess.addr, timeout=timeout)
         raw_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock = sess.tls.wrap_socket(raw_sock, server_hostname=sess.host) if sess.tls \
-            else raw_sock
+        self.sock = tls_pipe(sess.tls.wrap_socket(raw_sock, server_hostname=sess.host),
+                             timeout) if sess.tls else raw_sock
         self.sock.sendall((f"GET /api/v1/ws HTTP/1.1\r\nHost: {sess.host}\r\n"
                            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
