@@ -464,9 +464,7 @@ class Adapter:
             if code == 204:
                 assert h["x-down-cursor"] == str(st.cursor)
                 if h.get("x-lane-closed") == "1":
-                    with self.lock:
-                        st.lane_done = True
-                        self.lock.notify_all()
+                    self._lane_end(st)
                     return
                 continue
             if code != 200:
@@ -478,6 +476,14 @@ class Adapter:
                     return
                 self._down_frame(ftype, sid, payload)
             st.cursor = int(h["x-down-cursor"])
+
+    def _lane_end(self, st):
+        """The lane ended: so did its stream (after our CLOSE the server sends none: a CLOSE
+        ends a stream both ways), so the app's socket closes once what came down is written."""
+        with self.lock:
+            st.lane_done = True
+            self.lock.notify_all()
+        self._down_frame(CLOSE, st.id, b"")
 
     def _lane_ws(self, st):
         """websocket-lanes: the stream's own WebSocket; its uplink in a thread of its own."""
@@ -507,9 +513,7 @@ class Adapter:
                     self._fail(f"ws lane {st.id} down: {e}")
                 return
             if op == 0x8:  # the lane ended: every frame of it arrived before
-                with self.lock:
-                    st.lane_done = True
-                    self.lock.notify_all()
+                self._lane_end(st)
                 ws.close()
                 return
             for ftype, sid, payload in frames(body):
