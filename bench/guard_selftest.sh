@@ -3,7 +3,8 @@
 #   1. the build against itself (both sides mtproxy, two rounds): the guard passes;
 #   2. mtproxy_guard_slow (one extra copy of every relayed byte, MTPROXY_GUARD_SLOWDOWN)
 #      against mtproxy: the guard fails (exit 1) and names the upload figures as grown;
-#   3. that run judged again with an accepted-changes file naming them: it passes.
+#   3. that run judged again with an accepted-changes file naming them and its commit: it
+#      passes; with lines naming another commit: it fails.
 # The relay figures only, at a tenth of their size (about 30 s on 2 cores). Loopback only:
 #
 #   sh tests/netns.sh bench/guard_selftest.sh [DIR]
@@ -24,8 +25,16 @@ rc=0
 for f in up-dd up-ee; do
     grep -q "^| $f |.*GREW" "$W/slow/guard.md" || fail "$f not flagged on the slower build"
 done
-new=$(git -C "$ROOT" rev-parse --short=9 HEAD)
-printf 'up-dd %s 2.0 self-test\nup-ee %s 2.0 self-test\n' "$new" "$new" >"$W/accepted.txt"
-"${G[@]}" --judge "$W/slow/guard.csv" --accepted "$W/accepted.txt" --out "$W/judged" ||
+# The slower binary has no commit: judged as if it were commit 5e1f7e5 (the run's CSV says
+# which commits it compared), with lines naming that commit, then one naming another.
+sed 's/^0,-,new_commit,.*/0,-,new_commit,5e1f7e5000000000000000000000000000000000/' \
+    "$W/slow/guard.csv" >"$W/slow.csv"
+printf 'up-dd 5e1f7e5 2.0 self-test\nup-ee 5e1f7e5 2.0 self-test\n' >"$W/accepted.txt"
+"${G[@]}" --judge "$W/slow.csv" --accepted "$W/accepted.txt" --out "$W/judged" ||
     fail "the accepted-changes file did not accept the lines naming the figures"
-echo "guard_selftest: passed (same build: passes; an extra copy: fails; accepted: passes)"
+sed -i 's/5e1f7e5/0badc0d/' "$W/accepted.txt"
+rc=0
+"${G[@]}" --judge "$W/slow.csv" --accepted "$W/accepted.txt" --out "$W/judged2" || rc=$?
+[ "$rc" = 1 ] || fail "lines naming another commit accepted the figures (exit $rc)"
+echo "guard_selftest: passed (same build: passes; an extra copy: fails; accepted: passes;" \
+    "accepted for another commit: fails)"
