@@ -125,6 +125,8 @@ struct opts {
     int burst, bursts;    /* handshake: start burst at once, bursts times, gap_ms apart */
     int gap_ms, gap_jitter_ms; /* the gap is gap_ms + a uniform draw in [0, gap_jitter_ms] */
     int dc_idle_close_ms; /* the DC sink closes a connection that sent nothing for this long */
+    uint64_t count;       /* a fixed amount of work instead of --seconds (0: none; bench/guard) */
+    size_t tls_record;    /* the client's TLS record payload (default FAKETLS_MAX_PAYLOAD) */
 };
 
 struct proxy_snap {
@@ -324,7 +326,7 @@ static void client_send(struct ep *e, uint8_t *p, size_t n)
         e->tls_sent_ccs = 1;
     }
     while (n) {
-        size_t c = n > FAKETLS_MAX_PAYLOAD ? FAKETLS_MAX_PAYLOAD : n;
+        size_t c = n > o.tls_record ? o.tls_record : n;
         uint8_t h[5] = {0x17, 0x03, 0x03, (uint8_t)(c >> 8), (uint8_t)c};
         ep_queue(e, h, 5);
         ep_queue(e, p, c);
@@ -536,6 +538,10 @@ static int bulk_send(struct ep *e, int down)
         if (r <= 0)
             return r;
         size_t n = write_chunk();
+        if (o.count && e->tx_off >= o.count)
+            break; /* --count: this sender's bytes are all out */
+        if (o.count && o.count - e->tx_off < n)
+            n = (size_t)(o.count - e->tx_off);
         pattern_at(salt_of(down), e->tx_off, txbuf, n);
         e->tx_off += n;
         if (e->is_dc) {
@@ -551,6 +557,8 @@ static int bulk_send(struct ep *e, int down)
 static void small_send(struct ep *e, uint64_t t)
 {
     uint8_t m[512];
+    if (o.count && e->seq_sent >= o.count)
+        return; /* --count: this connection's messages are all sent */
     put64(m, e->seq_sent);
     put64(m + 8, t);
     pattern_at(salt_of(0), e->seq_sent * 64, m + 16, o.msg_len - 16);
@@ -1010,6 +1018,22 @@ static void hs_reap(int restart)
     }
 }
 
+/* --count: the fixed amount of work is done (handshakes, or each connection's messages or
+ * bytes all received); never with --count 0. */
+static int count_done(void)
+{
+    if (!o.count)
+        return 0;
+    uint64_t all = o.count * (uint64_t)o.conns;
+    switch (o.wl) {
+    case WL_HS: return hs_done >= o.count;
+    case WL_SMALL: return msgs >= all;
+    case WL_BULK_DOWN: case WL_MTU: return bytes_down >= all;
+    case WL_BULK_UP: case WL_MTU_UP: return bytes_up >= all;
+    default: return 0;
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -1021,6 +1045,9 @@ static void usage(void)
             "  [--dc-netns /proc/PID/ns/net] [--dc-addr IPV4] [--proxy-addr6 ::1|ULA]\n"
             "  [--hs-file F] [--burst N --bursts K --gap-ms MS [--gap-jitter-ms MS]]  (handshake)\n"
             "  [--dc-idle-close-ms MS]  (the DC sink drops connections silent that long)\n"
+            "  [--count N]  (a fixed amount instead of --seconds, which stays the cap: N bytes per\n"
+            "   connection (bulk), N messages per connection (small), N handshakes)\n"
+            "  [--tls-record B]  (tls: the client's records carry B bytes, 1..16384)\n"
             "The proxy must run with --dc 2 127.0.0.1:DCPORT. --client plain uses tag ef on a\n"
             "plain secret, dd the dd tag on a dd secret, tls FakeTLS on an ee secret (dd inside).\n"
             "Holding N connections takes 2N descriptors here (N clients + N DC sides).\n");
@@ -1040,6 +1067,7 @@ int main(int argc, char **argv)
     o.window = 1;
     o.interval_ms = 100;
     o.msg_len = BL_MSG_LEN_DEFAULT;
+    o.tls_record = FAKETLS_MAX_PAYLOAD;
     o.concurrency = 256;
     o.label = "-";
     const char *secret = NULL, *client = "plain", *wl = "bulk-down";
@@ -1114,6 +1142,10 @@ int main(int argc, char **argv)
             o.gap_ms = atoi(v);
         else if (ARG("--gap-jitter-ms"))
             o.gap_jitter_ms = atoi(v);
+        else if (ARG("--tls-record"))
+            o.tls_record = (size_t)atoi(v);
+        else if (ARG("--count"))
+            o.count = strtoull(v, NULL, 10);
         else if (ARG("--dc-idle-close-ms"))
             o.dc_idle_close_ms = atoi(v);
         else
@@ -1121,7 +1153,8 @@ int main(int argc, char **argv)
 #undef ARG
     }
     if (!o.proxy_port || !o.dc_port || !secret || o.conns < 1 || o.msg_len < 24 ||
-        o.msg_len > 512 || o.window < 1)
+        o.msg_len > 512 || o.window < 1 || o.tls_record < 1 ||
+        o.tls_record > FAKETLS_MAX_PAYLOAD)
         usage();
     char err[256];
     if (secret_parse("bench", secret, &o.secret, err, sizeof err) != 0)
@@ -1239,8 +1272,8 @@ int main(int argc, char **argv)
         proxy_snap(pid, &s0);
         t0 = now_ns();
         uint64_t until = t0 + (uint64_t)(o.seconds * 1e9);
-        while (now_ns() < until) {
-            hs_reap(1);
+        while (now_ns() < until && !count_done()) {
+            hs_reap(!o.count || (uint64_t)clients_started < o.count);
             run_events(5);
         }
         t1 = now_ns();
@@ -1285,7 +1318,7 @@ int main(int argc, char **argv)
                 }
         uint64_t until = t0 + (uint64_t)(o.seconds * 1e9), mem_at = t0 + (until - t0) * 3 / 4;
         int mem_done = 0;
-        while (now_ns() < until) {
+        while (now_ns() < until && !count_done()) {
             if (o.wl == WL_TRICKLE) {
                 uint64_t t = now_ns();
                 for (int i = 0; i < o.conns; i++) {

@@ -9,42 +9,40 @@
 # ping-pong, for SECONDS, default 4), stops it with SIGTERM and takes callgrind's instruction
 # total less an idle start and stop of the same binary; divided by the messages (small) or the
 # MiB (bulk-*) bench_load counted. Loopback only (run it in tests/netns.sh's namespace).
+# bench/guard counts fixed workloads the same way (bench/lib.sh's BENCH_WRAP) against the
+# previous commit, for CI.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OLD=${1:?usage: callgrind_pair.sh OLD_BIN NEW_BIN [WORKLOAD] [SECONDS] [ROUNDS]}
 NEW=${2:?usage: callgrind_pair.sh OLD_BIN NEW_BIN [WORKLOAD] [SECONDS] [ROUNDS]}
 WL=${3:-small} SECS=${4:-4} ROUNDS=${5:-2}
 LOAD=${BENCH_LOAD:-$ROOT/build-release/bench/bench_load}
-W=$(mktemp -d /tmp/mtproxy-cg.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init callgrind-pair
+KEY=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
-# one BIN WORKLOAD: prints "instructions units" (units: messages, or bytes for bulk).
+# one BIN WORKLOAD: prints "instructions units" (units: messages, or bytes for bulk). The
+# proxy does not busy-poll: its spinning after events goes with time, not with the work.
 one() {
-    local bin=$1 wl=$2 port=$((20000 + RANDOM % 10000)) key vp
-    key=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-    rm -f "$W/pid" "$W/cg" "$W/csv"
-    valgrind --tool=callgrind --callgrind-out-file="$W/cg" "$bin" --listen "127.0.0.1:$port" \
-        --dc-builtin off --mask off --dc "2 127.0.0.1:$((port + 1))" --workers 1 \
-        --log "$W/log" --pidfile "$W/pid" --state-file "$W/state" --probe-limit-per-ip 0 \
-        --secret "d:dd$key" >"$W/out" 2>&1 &
-    vp=$!
-    for _ in $(seq 300); do
-        [ -s "$W/pid" ] && ss -ltn | grep -q "127.0.0.1:$port " && break
-        sleep 0.1
-    done
+    local bin=$1 wl=$2
+    # shellcheck disable=SC2034 # bench_start_proxy runs it
+    MTPROXY=$bin
+    rm -f "$WORK/cg" "$WORK/csv"
+    BENCH_WRAP="valgrind --tool=callgrind --callgrind-out-file=$WORK/cg" \
+        bench_start_proxy callgrind_pair.sh 600 --secret "d:dd$KEY" --busy-poll 0
     if [ "$wl" != idle ]; then
-        "$LOAD" --proxy-port "$port" --dc-port $((port + 1)) --secret "dd$key" --client dd \
-            --workload "$wl" --conns 4 --seconds "$SECS" --csv "$W/csv" --label x --quiet \
+        "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$KEY" --client dd \
+            --workload "$wl" --conns 4 --seconds "$SECS" --csv "$WORK/csv" --label x --quiet \
             >/dev/null 2>&1
     fi
-    kill -TERM "$(cat "$W/pid")"
-    wait "$vp" || true
+    bench_stop_proxy
     local ir units=0
-    ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$W/cg")
+    ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$WORK/cg")
     if [ "$wl" = small ]; then
-        units=$(tail -1 "$W/csv" | cut -d, -f10)
+        units=$(tail -1 "$WORK/csv" | cut -d, -f10)
     elif [ "$wl" != idle ]; then
-        units=$(tail -1 "$W/csv" | awk -F, '{print $6 + $7}')
+        units=$(tail -1 "$WORK/csv" | awk -F, '{print $6 + $7}')
     fi
     echo "$ir $units"
 }

@@ -27,6 +27,8 @@
 # haproxy-busy). Without haproxy the rows are left out, with a message.
 # --proxy-args "ARGS": more mtproxy options (word-split) for every proxy row, e.g. "--splice off"
 # (named in the .md title; --out keeps such runs apart).
+# --client tls: the proxied rows through an ee secret (FakeTLS; bench_load only): names get
+# -tls; direct rows stay dd (the sink speaks no TLS), the idle rows too.
 # Needs 2 CPUs (it pins); run as root inside its own network namespace, e.g.
 #   unshare -n sh -c 'ip link set lo up; bench/latency.sh'
 set -euo pipefail
@@ -45,6 +47,7 @@ TOOL=c
 HALT_POLL=""
 FLOOR=0
 PROXY_ARGS=""
+CLIENT="dd"
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1; REPEAT=1; SECONDS_RUN=0.3; IDLE_S=0.5 ;;
@@ -58,7 +61,8 @@ while [ $# -gt 0 ]; do
     --halt-poll) HALT_POLL=$2; shift ;;
     --floor) FLOOR=1 ;;
     --proxy-args) PROXY_ARGS=$2; shift ;;
-    -h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --client) CLIENT=$2; shift ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -86,6 +90,12 @@ go)
     ;;
 *) echo "latency.sh: --tool c or go" >&2; exit 2 ;;
 esac
+case "$CLIENT" in
+dd) ;;
+tls) [ "$TOOL" = c ] || { echo "latency.sh: --client tls needs --tool c" >&2; exit 2; }
+     NAME=$NAME-tls ;;
+*) echo "latency.sh: --client dd or tls" >&2; exit 2 ;;
+esac
 read -ra PA <<<"$PROXY_ARGS"
 if [ "$FLOOR" = 1 ]; then
     [ "$TOOL" = go ] || { echo "latency.sh: --floor needs --tool go" >&2; exit 2; }
@@ -108,6 +118,7 @@ if [ -n "$HALT_POLL" ]; then
     echo "latency.sh: guest_halt_poll_ns $HALT_OLD -> $HALT_POLL for this run" >&2
 fi
 K=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+EE=ee$K$(printf 'example.com' | od -An -tx1 | tr -d ' \n')
 CSV=$OUT/$NAME.csv
 echo "conns,mode,busy_us,run,p50_us,p99_us,p999_us,round_trips,proxy_cpu_per_s,proxy_cpu_us_per_rt" >"$CSV"
 
@@ -123,10 +134,11 @@ run_small() {
         GOMAXPROCS=1 taskset -c 1 timeout 120 "$GOLAT" "${args[@]}" -lat-file "$WORK/lat.txt" >/dev/null
         read -r p50 p99 p999 n cpu_s win <"$WORK/lat.txt"
     else
-        local pid=()
+        local pid=() cl=(--secret "dd$K" --client dd)
         [ -n "$PROXY_PID" ] && pid=(--proxy-pid "$PROXY_PID")
-        taskset -c 1 timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" --secret "dd$K" \
-            --client dd --workload small --conns "$conns" --window 1 --seconds "$SECONDS_RUN" \
+        [ "$CLIENT" = dd ] || [ "$mode" = direct ] || cl=(--secret "$EE" --client tls)
+        taskset -c 1 timeout 120 "$LOAD" --proxy-port "$PORT" --dc-port "$DCPORT" "${cl[@]}" \
+            --workload small --conns "$conns" --window 1 --seconds "$SECONDS_RUN" \
             "${pid[@]}" --csv "$WORK/run.csv" --lat-file "$WORK/lat.txt" --quiet "${SPIN[@]}" "$@"
         cpu_s=$(tail -1 "$WORK/run.csv" | awk -F, '{ print $16 }')
         read -r p50 p99 p999 n <"$WORK/lat.txt"
@@ -172,7 +184,7 @@ for run in $(seq "$REPEAT"); do
         fi
         for busy in $BUSY; do
             echo "latency.sh: run $run, $conns connection(s), proxy busy-poll $busy" >&2
-            bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn "${PA[@]}"
+            bench_start_proxy latency.sh 120 --secret "d:dd$K" --secret "t:$EE" --busy-poll "$busy" --log-level warn "${PA[@]}"
             taskset -a -pc 0 "$PROXY_PID" >/dev/null
             run_small "$conns" proxy "$busy" "$run"
             bench_stop_proxy
@@ -190,7 +202,7 @@ echo "busy_us,idle_cpu_per_s,idle_cpu0_poll_per_s,trickle_cpu_per_s,trickle_p50_
 POLL_FILE=/sys/devices/system/cpu/cpu0/cpuidle/state0/time
 poll_us() { cat "$POLL_FILE" 2>/dev/null || echo 0; }
 for busy in $BUSY; do
-    bench_start_proxy latency.sh 120 --secret "d:dd$K" --busy-poll "$busy" --log-level warn "${PA[@]}"
+    bench_start_proxy latency.sh 120 --secret "d:dd$K" --secret "t:$EE" --busy-poll "$busy" --log-level warn "${PA[@]}"
     taskset -a -pc 0 "$PROXY_PID" >/dev/null
     row=$busy
     for wl in idle trickle; do
@@ -211,7 +223,7 @@ for busy in $BUSY; do
     bench_stop_proxy
 done
 
-python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" "$TOOL" "$HALT_POLL" "$PROXY_ARGS" >"$OUT/$NAME.md" <<'PY'
+python3 - "$CSV" "$IDLE_CSV" "${SPIN[*]}" "$TOOL" "$HALT_POLL" "$PROXY_ARGS" "$CLIENT" >"$OUT/$NAME.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 idle_rows = list(csv.DictReader(open(sys.argv[2])))
@@ -224,7 +236,8 @@ print("# Round trip added by the proxy (bench/latency.sh%s%s%s): 200-byte echo, 
          " --halt-poll " + sys.argv[5] if sys.argv[5] else "", tool,
          ", the load tool spinning" if sys.argv[3] else "",
          ", guest_halt_poll_ns " + sys.argv[5] if sys.argv[5] else "")
-      + ("proxy options: `%s`\n" % sys.argv[6] if sys.argv[6] else ""))
+      + ("proxy options: `%s`\n" % sys.argv[6] if sys.argv[6] else "")
+      + ("proxied rows through an ee secret (FakeTLS); direct rows dd\n" if sys.argv[7] == "tls" else ""))
 print("| conns | path | busy-poll | p50 us | p99 us | p999 us | added p50 / p99 / p999 us "
       "| proxy CPU (s per s) | proxy CPU us per round trip | idle CPU (s per s) | runs |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -26,13 +26,15 @@ bench_cleanup() {
 # with one worker, loopback only, DC 2 at our sink on DCPORT (on BENCH_DC_HOST, default
 # 127.0.0.1: bench/dcpool.sh puts it behind a delay line), plus ARGS; waits until it
 # listens. PROXY_PID is mtproxy's own pid (from its pidfile: CPU, RSS and SIGUSR1 go to it),
-# TIMEOUT_PID the timeout(1) wrapper.
+# TIMEOUT_PID the timeout(1) wrapper. BENCH_WRAP (words, e.g. "valgrind --tool=callgrind
+# --callgrind-out-file=F") goes in front of mtproxy: the pid stays mtproxy's.
 bench_start_proxy() {
     local name=$1 life=$2
     shift 2
     : >"$WORK/proxy.log"
     rm -f "$WORK/proxy.pid"
-    timeout "$life" "$MTPROXY" --listen "127.0.0.1:$PORT" --dc-builtin off --mask off \
+    # shellcheck disable=SC2086
+    timeout "$life" ${BENCH_WRAP:-} "$MTPROXY" --listen "127.0.0.1:$PORT" --dc-builtin off --mask off \
         --dc "2 ${BENCH_DC_HOST:-127.0.0.1}:$DCPORT" --workers 1 --log "$WORK/proxy.log" \
         --pidfile "$WORK/proxy.pid" --state-file "$WORK/state" --probe-limit-per-ip 0 "$@" \
         >>"$WORK/proxy.out" 2>&1 &

@@ -545,6 +545,24 @@ struct relay_dir {
     size_t cap;            /* bytes one read may take (a rate-limited user's burst) */
 };
 
+/* MTPROXY_GUARD_SLOWDOWN (bench/CMakeLists.txt's mtproxy_guard_slow only): every relayed
+ * byte takes one more trip through a scratch buffer, the regression bench/guard's self-test
+ * must catch. Off, it is nothing at all. */
+#ifdef MTPROXY_GUARD_SLOWDOWN
+static void guard_slowdown(uint8_t *p, size_t n)
+{
+    static uint8_t scratch[1 << 20];
+    for (size_t k; n; n -= k, p += k) {
+        k = n < sizeof scratch ? n : sizeof scratch;
+        memcpy(scratch, p, k);
+        __asm__ volatile("" ::: "memory"); /* the two copies stay two */
+        memcpy(p, scratch, k);
+    }
+}
+#else
+#define guard_slowdown(p, n) ((void)0)
+#endif
+
 /* A pump step's verdict: a close reason, CR_NONE (read on), or one of these two, which never
  * leave relay_pump: stop reading this direction for this event (drained, paused, waiting);
  * the wide read did not try (the one-block read runs instead). */
@@ -721,6 +739,7 @@ static enum conn_reason pump_wide(struct conn *c, const struct relay_dir *d)
             crypto_ctr_apply(d->dec, p, p, m);
         if (m && d->enc)
             crypto_ctr_apply(d->enc, p, p, m);
+        guard_slowdown(p, m);
         moved += m;
         if (i < first_fresh) {
             blk[i]->end += (uint32_t)m;
@@ -802,6 +821,7 @@ static enum conn_reason pump_block(struct conn *c, const struct relay_dir *d)
         crypto_ctr_apply(d->dec, p, p, m);
     if (d->enc)
         crypto_ctr_apply(d->enc, p, p, m);
+    guard_slowdown(p, m);
     if (m == 0 && fresh) { /* only record headers arrived */
         block_put(c, dst, b);
     } else {
