@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/web.sh: what WEB proxy mode's carriers (https, websocket) cost the proxy, against dd over
-# TCP in the same run.
+# bench/web.sh: what WEB proxy mode's carriers (https, https-lanes, websocket, websocket-lanes)
+# cost the proxy, against dd over TCP in the same run.
 #
 #   bench/web.sh [--build-dir DIR] [--out DIR] [--repeat N] [--seconds S] [--sessions N]
 #
@@ -9,8 +9,8 @@
 # (200-byte ping-pong, one in flight) on one connection, first straight to the proxy's listener
 # (dd over TCP), then through bench/web_adapter.py: the tests' WEB client, which turns each
 # local TCP connection into a stream of one WEB session over plain HTTP/1.1 to web-listen (no
-# TLS terminator: what the proxy does is measured, not nginx); a proxy per carrier, https then
-# websocket, each with its own dd-over-TCP rows. The proxy's CPU-s/GB comes from
+# TLS terminator: what the proxy does is measured, not nginx); a proxy per carrier, each with
+# its own dd-over-TCP rows. The proxy's CPU-s/GB comes from
 # its /proc/PID/stat; the round trip includes the adapter (Python, one HTTP request per batch
 # each way), so it says what the chain costs, not the proxy alone. First, on a fresh proxy,
 # bench/web_sessions.py: N sessions made one after another and N OPENs in one session: CPU and
@@ -97,7 +97,8 @@ start_proxy
 kill "$PROXY_PID"
 wait "$PROXY_PID" 2>/dev/null || true
 # Per carrier a proxy of its own: dd over TCP and the carrier, interleaved, in the same run.
-for carrier in https websocket; do
+CARRIERS="https https-lanes websocket websocket-lanes"
+for carrier in $CARRIERS; do
     start_proxy --web-carrier "$carrier"
     start_adapter "$carrier"
     for r in $(seq "$REPEAT"); do
@@ -138,14 +139,16 @@ for line in open(sess):
         k, _, v = tok.partition("=")
         kv[k] = v
 with open(out_md, "w") as f:
-    f.write(f"# WEB proxy mode (https and websocket carriers) against dd over TCP, one worker, "
+    f.write(f"# WEB proxy mode (each carrier) against dd over TCP, one worker, "
             f"medians of {rep}\n\n")
     f.write("| workload | via | MB/s | proxy CPU-s/GB | x dd | RTT p50 us | RTT p99 us |\n")
     f.write("|---|---|---|---|---|---|---|\n")
-    names = {"direct": "dd over TCP", "https": "WEB https", "websocket": "WEB websocket"}
+    vias = ("direct", "https", "https-lanes", "websocket", "websocket-lanes")
+    names = {v: "WEB " + v for v in vias}
+    names["direct"] = "dd over TCP"
     for wl in ("bulk-down", "bulk-up", "small"):
         base = med(cells[(wl, "direct")], "cpu_s_per_gb")
-        for via in ("direct", "https", "websocket"):
+        for via in vias:
             rs = cells[(wl, via)]
             mbs = med(rs, "mb_s_up" if wl == "bulk-up" else "mb_s_down")
             c = med(rs, "cpu_s_per_gb")

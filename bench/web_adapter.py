@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench/web_adapter.py WEB_HOST:PORT HOST SECRET [CARRIER]: the test WEB client (tests/
 integration/webclient.py: every local TCP connection a stream of one WEB session over the
-https carrier, or the websocket one) as a process for the benches; prints "ADAPTER 127.0.0.1:PORT" when it listens, then serves
-until killed."""
+carrier: https (the default), https-lanes, websocket or websocket-lanes) as a process for the
+benches; prints "ADAPTER 127.0.0.1:PORT" when it listens, then serves until killed."""
 import os
 import sys
 import time

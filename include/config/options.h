@@ -207,6 +207,8 @@ struct options {
     int web_instance;            /* web-instance: this instance's id in the fleet (0..63) */
     char web_host[256];          /* the host name the capabilities are derived for */
     char web_root[OPT_PATH_MAX]; /* the ordinary site's files ("" = the built-in page) */
+    int web_upstream_on;         /* web-upstream: the ordinary site from an HTTP server */
+    struct sock_addr web_upstream;
     int web_carrier;             /* enum opt_web_carrier */
     struct cidr web_trusted[OPT_MAX_ACL]; /* web-trusted-proxies */
     int nweb_trusted;

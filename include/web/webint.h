@@ -24,6 +24,7 @@
 
 struct webstream;
 struct webws;
+struct webfetch;
 
 /* A held /down (one per connection slot): its session, lane and cursor. */
 struct webpoll {
@@ -74,6 +75,9 @@ struct webhttp {
     struct webws *wsl;               /* open WebSockets */
     char host[WEBCAP_HOST_MAX + 1];
     char root[OPT_PATH_MAX];
+    int upstream_on;                 /* web-upstream: the site from an HTTP server */
+    struct sock_addr upstream;
+    void (*upstream_done)(struct webhttp *h, struct httpd_conn *c); /* its answer is set */
     struct cidr_set trusted;
     const void *capgen;              /* the generation the capabilities are of */
     uint64_t capserial;
@@ -88,6 +92,7 @@ struct webhttp {
     uint8_t rbuf[WEBFRAME_DATA_CHUNK]; /* a stream's socket read */
     struct httpd_conn conns[WEB_MAX_CONNS];
     struct webpoll polls[WEB_MAX_CONNS]; /* per slot: the /down it holds */
+    struct webfetch *fetch[WEB_MAX_CONNS]; /* per slot: the upstream's answer it waits for */
 };
 
 /* The servers of the workers, and what the process counts across them. */
@@ -108,6 +113,15 @@ void web_respond(struct httpd_conn *c, int code, const char *extra, const char *
 /* website.c: sets c's response to the ordinary site's answer to method and path (what any
  * visitor gets for them: a file of root or the built-in page, else the 404 page). */
 void website_answer(const struct webhttp *h, struct httpd_conn *c, int method, const char *path);
+
+/* webupstream.c: sends c's request rq (whole in its buffer) to web-upstream; its answer
+ * becomes c's, then h->upstream_done(h, c) sends it (a 502 or 504 of ours if the upstream
+ * fails, says too much or nothing in time). 0 (on its way: c is pinned), or -1 (nothing
+ * started: answer c otherwise). */
+int webupstream_start(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq);
+
+/* c goes away while its upstream answer is on the way: the fetch ends unanswered. */
+void webupstream_cancel(struct webhttp *h, struct httpd_conn *c);
 
 /* webstream.c: the session hooks the table calls, with h as their ctx (on_end and on_down
  * excepted: the server's own, which answer held /downs and wake WebSockets). */

@@ -339,6 +339,29 @@ static int parse_web(void *conf, const char *v, char *err, size_t errlen)
     struct options *o = conf;
     return parse_listener(v, &o->web_on, &o->web_addr, err, errlen);
 }
+/* web-upstream = http://ADDR:PORT (an address, not a name: no lookup on a worker's loop) or
+ * off. */
+static int parse_web_upstream(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct options *o = conf;
+    if (!strcmp(v, "off")) {
+        o->web_upstream_on = 0;
+        return 0;
+    }
+    size_t n = strlen(v);
+    if (strncmp(v, "http://", 7) || n < 8) {
+        snprintf(err, errlen, "'%s' is not http://ADDR:PORT (plain HTTP to an address; the "
+                 "TLS terminator is in front of web-listen, not behind it)", v);
+        return -1;
+    }
+    char hp[128];
+    snprintf(hp, sizeof hp, "%.*s", (int)(n - 7 - (v[n - 1] == '/')), v + 7);
+    if (sock_addr_parse(hp, 0, 0, &o->web_upstream, err, errlen))
+        return -1;
+    o->web_upstream_on = 1;
+    return 0;
+}
+
 static int parse_web_trusted(void *conf, const char *v, char *err, size_t errlen)
 {
     struct options *o = conf;
@@ -720,7 +743,7 @@ const struct config_option options_table[] = {
              "ordinary website as plain HTTP/1.1 on this address, for the TLS terminator "
              "(nginx, Caddy, a CDN) in front that answers https://web-host/ on port 443. Only "
              "plain and dd secrets are WEB secrets (ee ones get no capability). Served by "
-             "worker 0's event loop for now. A loopback or private address unless "
+             "every worker's event loop. A loopback or private address unless "
              "web-public = on."},
     {.name = "web-host", .type = CFG_STRING, .offset = OFF(web_host), .str_size = 256,
      .arg = "HOST", .help = "The public DNS name the WEB links and bridge capabilities are "
@@ -730,6 +753,12 @@ const struct config_option options_table[] = {
      .arg = "DIR", .help = "The ordinary website's files (index.html for a directory, 404.html "
      "for a missing page), served to everyone who is not a WEB client, and to every request "
      "the carrier refuses. Empty: a small built-in page."},
+    {.name = "web-upstream", .type = CFG_CUSTOM, .arg = "http://ADDR:PORT|off", .def = "off",
+     .parse = parse_web_upstream,
+     .help = "The ordinary website from an HTTP/1.1 server instead of web-root: every request "
+     "that is not the WEB carrier's (and every one it refuses) goes to it as it came (with "
+     "Connection: close), and its answer goes back as it is, up to 4 MiB (else 502; no "
+     "answer within 10 s: 504). An address, not a name."},
     {.name = "web-carrier", .type = CFG_ENUM, .offset = OFF(web_carrier), .def = "https",
      .names = web_carriers, .arg = "https|https-lanes|websocket|websocket-lanes",
      .help = "The carrier WEB sessions get (X-Carrier-Mode): https = HTTP long poll (POST "

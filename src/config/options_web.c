@@ -46,6 +46,8 @@ int options_validate_web(struct config_parser *p, struct options *o)
         ERR("web-listen is neither a loopback nor a private address: browsers could reach "
             "the carrier without the TLS terminator; use the terminator's side of the "
             "network, or web-public = on if that is meant");
+    if (o->web_upstream_on && o->web_root[0])
+        ERR("web-root and web-upstream are two ways to serve the ordinary site: set one");
     if (o->web_grace_ms <= o->web_poll_ms)
         ERR("web-grace (%ums) must be longer than web-poll (%ums): a client holding an empty "
             "poll would lose its session", o->web_grace_ms, o->web_poll_ms);

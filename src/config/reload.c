@@ -349,8 +349,8 @@ static const char *const restart_keys[] = {
     "replay-store-timeout", "replay-store-ttl", "socks5", "socks5-mask", "dc-pool",
     "probe-limit-per-ip", "tcp-nodelay", "tcp-keepalive", "sndbuf", "rcvbuf", "max-handshakes",
     "ad-tag", "client-mss", "tls-profile-refresh", "tls-profile-idle-max", "metrics",
-    "listen-prefix", "api", "web-listen", "web-host", "web-root", "web-carrier",
-    "web-trusted-proxies", "web-public",
+    "listen-prefix", "api", "web-listen", "web-host", "web-root", "web-upstream", "web-carrier",
+    "web-trusted-proxies", "web-public", "web-instance",
 };
 
 /* Size of an option's field by its type (custom keys that need a restart compare their own

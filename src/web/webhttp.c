@@ -45,9 +45,10 @@ static struct httpd_conn *poll_release(struct webhttp *h, struct webpoll *p)
     return c;
 }
 
-/* Closes c (a held /down it had is let go). */
+/* Closes c (a held /down it had is let go, an upstream answer it waited for dropped). */
 static void hconn_close(struct webhttp *h, struct httpd_conn *c)
 {
+    webupstream_cancel(h, c);
     if (h->polls[slot_of(h, c)].x)
         poll_release(h, &h->polls[slot_of(h, c)]);
     c->pinned = 0;
@@ -58,6 +59,38 @@ static void hconn_send(struct webhttp *h, struct httpd_conn *c)
 {
     if (httpd_conn_send(c, &web_limits))
         hconn_close(h, c);
+}
+
+/* The ordinary site's answer to c's request rq: web-upstream's (on its way: c waits), else
+ * web-root's file or the built-in page. */
+static void site(struct webhttp *h, struct httpd_conn *c, const struct http_request *rq)
+{
+    if (!h->upstream_on)
+        website_answer(h, c, rq->method, rq->path);
+    else if (webupstream_start(h, c, rq) != 0)
+        web_respond(c, 502, "", "text/plain; charset=utf-8",
+                    httpd_body_new("bad gateway\n", 12, 0), 0);
+}
+
+/* The upstream's answer is set (webupstream.c): it goes. */
+static void site_done(struct webhttp *h, struct httpd_conn *c)
+{
+    hconn_send(h, c);
+}
+
+/* The site's answer to the request c holds (a held /down whose session is gone), sent unless
+ * it is on its way from the upstream. */
+static void site_again(struct webhttp *h, struct httpd_conn *c)
+{
+    struct http_request rq;
+    const uint8_t *b = c->big ? c->big : c->req;
+    if (http_parse_request_body(b, c->len, sizeof c->req, WEB_MAX_HEADERS, h->lim.body_bytes,
+                                &rq) == HTTP_OK)
+        site(h, c, &rq);
+    else
+        website_answer(h, c, HTTP_POST, "/api/v1/down");
+    if (!h->fetch[c - h->conns])
+        hconn_send(h, c);
 }
 
 /* Runs the held /down p: a batch if frames wait (200), 204 if its lane ended, else it goes on
@@ -107,7 +140,8 @@ void webhttp_poll_answer(struct webhttp *h, struct webpoll *p, int timeout, int 
     uint64_t cursor = p->cursor;
     struct httpd_conn *c = poll_release(h, p);
     if (gone) {
-        website_answer(h, c, HTTP_POST, "/api/v1/down");
+        site_again(h, c);
+        return;
     } else {
         char extra[64];
         snprintf(extra, sizeof extra, "X-Down-Cursor: %llu\r\n", (unsigned long long)cursor);
@@ -522,7 +556,7 @@ static void serve(struct webhttp *h, struct httpd_conn *c, const struct http_req
             done = api_down(h, c, rq, buf, &peer);
     }
     if (!done)
-        website_answer(h, c, m, p);
+        site(h, c, rq);
 }
 
 static void hconn_read(struct webhttp *h, struct httpd_conn *c)
@@ -542,7 +576,8 @@ static void hconn_read(struct webhttp *h, struct httpd_conn *c)
         serve(h, c, &rq, buf);
     if (c->fd < 0) /* upgraded: the slot is free, the socket a WebSocket's */
         return;
-    if (!h->polls[slot_of(h, c)].x && c->state == HTTPD_READ) /* not holding, not answered */
+    int slot = slot_of(h, c);
+    if (!h->polls[slot].x && !h->fetch[slot] && c->state == HTTPD_READ) /* not held, answered */
         hconn_send(h, c);
 }
 
@@ -565,7 +600,7 @@ static void on_conn_io(struct ev_loop *loop, ev_io *io, int revents)
     } else if (c->state == HTTPD_LINGER) {
         if (httpd_conn_linger(c, &web_limits))
             hconn_close(h, c);
-    } else if (h->polls[slot_of(h, c)].x) {
+    } else if (h->polls[slot_of(h, c)].x || h->fetch[slot_of(h, c)]) {
         conn_held_read(h, c);
     } else {
         hconn_read(h, c);
@@ -753,6 +788,9 @@ static struct webhttp *server_new(struct webgroup *g, int index, struct proxy_wo
                                                         : WEBSESS_HTTPS;
     webcap_host(opt->web_host, strlen(opt->web_host), h->host, sizeof h->host);
     snprintf(h->root, sizeof h->root, "%s", opt->web_root);
+    h->upstream_on = opt->web_upstream_on;
+    h->upstream = opt->web_upstream;
+    h->upstream_done = site_done;
     cidr_set_init(&h->trusted);
     for (int i = 0; i < opt->nweb_trusted; i++)
         cidr_set_add(&h->trusted, &opt->web_trusted[i]);

@@ -14,6 +14,8 @@ static const char *reason(int code)
     case 200: return "OK";
     case 204: return "No Content";
     case 404: return "Not Found";
+    case 502: return "Bad Gateway";
+    case 504: return "Gateway Timeout";
     default: return "Service Unavailable";
     }
 }

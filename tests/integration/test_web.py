@@ -434,3 +434,83 @@ def test_two_workers(procs, carrier):
     assert val(smp, "mtproxy_web_sessions") == 8
     for a in adapters:
         a.abandon()
+
+
+class FixedUpstream:
+    """An HTTP/1.1 server on loopback for web-upstream: answers by method and path only, always
+    the same bytes (no Date), then closes; keeps every request it got. /big is 5 MiB."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.requests = []
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.1", 0))
+        self.lst.listen(16)
+        self.port = self.lst.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @staticmethod
+    def answer(method, path):
+        if path == "/big":
+            body = b"x" * (5 << 20)
+        else:
+            body = f"<p>upstream says {method} {path}</p>\n".encode()
+        code = "200 OK" if path.split("?")[0] in ("/", "/big") else "404 Not Found"
+        return (f"HTTP/1.1 {code}\r\nServer: upstream-test\r\nContent-Type: text/html\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+    def stop(self):
+        """No more listener: a shutdown wakes the accept() the server thread blocks in."""
+        import socket
+        self.lst.shutdown(socket.SHUT_RDWR)
+        self.lst.close()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.lst.accept()
+            except OSError:
+                return
+            c.settimeout(5)
+            raw = b""
+            try:
+                while b"\r\n\r\n" not in raw:
+                    d = c.recv(65536)
+                    if not d:
+                        break
+                    raw += d
+                head = raw.split(b"\r\n\r\n")[0].decode("latin-1")
+                self.requests.append(head)
+                method, path = head.split(" ")[:2]
+                c.sendall(self.answer(method, path))
+            except OSError:
+                pass
+            c.close()
+
+
+def test_web_upstream(procs):
+    """web-upstream: every request the carrier does not take goes to the upstream as it came
+    (Connection: close in place of the client's), and its answer comes back as it is: the
+    same bytes for a plain visitor, a wrong capability, a bogus bearer; the bridge page and the
+    carrier stay ours. An answer over 4 MiB, or an upstream that is down, is a 502."""
+    up = FixedUpstream()
+    w = Web(procs, extra=["--web-upstream", f"http://127.0.0.1:{up.port}"])
+    raw = w.visitor("GET", "/", {"Connection": "keep-alive"})
+    assert raw == up.answer("GET", "/")
+    assert "Connection: close" in up.requests[-1] and "keep-alive" not in up.requests[-1]
+    wrong = "/?bridge=" + capability(new_secret(), HOST)
+    assert w.visitor("GET", wrong) == up.answer("GET", wrong)
+    assert up.requests[-1].startswith(f"GET {wrong} HTTP/1.1")
+    probe = w.visitor("POST", "/api/v1/down", {"Authorization": "Bearer " + "A" * 43,
+                                                "X-Down-Cursor": "0"})
+    assert probe == w.visitor("POST", "/api/v1/down") == up.answer("POST", "/api/v1/down")
+    assert "Authorization: Bearer " + "A" * 43 in up.requests[-2]
+    n = len(up.requests)
+    a = Adapter(w.web, HOST, w.dd)  # the bridge page and the carrier are not the upstream's
+    assert_ok(w.client(a, "dd", 1000, 20000, w.dd, "--expect-dc", 2))
+    assert len(up.requests) == n
+    a.abandon()
+    assert b" 502 " in w.visitor("GET", "/big").split(b"\r\n")[0]
+    up.stop()
+    assert b" 502 " in w.visitor("GET", "/").split(b"\r\n")[0]

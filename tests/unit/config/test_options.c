@@ -401,6 +401,22 @@ static void test_web_keys(void **state) {
     }
     assert_int_equal(set("web-carrier", "https"), 0);
     assert_int_not_equal(set("web-carrier", "quic"), 0);
+    /* web-upstream: http://ADDR:PORT (an address), not with web-root */
+    assert_int_equal(set("web-upstream", "http://127.0.0.1:3000/"), 0);
+    assert_int_equal(O.web_upstream_on, 1);
+    assert_int_not_equal(set("web-upstream", "https://127.0.0.1:3000"), 0);
+    assert_int_not_equal(set("web-upstream", "http://"), 0);
+    assert_int_not_equal(set("web-upstream", "127.0.0.1:3000"), 0);
+    assert_int_not_equal(set("web-upstream", "http://site.example:80"), 0);
+    P.errors.count = 0;
+    assert_int_equal(options_validate(&P, &O), 0);
+    assert_int_equal(set("web-root", "/srv/site"), 0);
+    assert_int_equal(options_validate(&P, &O), 1);
+    assert_true(has_error("set one"));
+    P.errors.count = 0;
+    assert_int_equal(set("web-root", ""), 0);
+    assert_int_equal(set("web-upstream", "off"), 0);
+    assert_int_equal(O.web_upstream_on, 0);
     P.errors.count = 0;
     const char *const private[] = {"10.1.2.3:80", "172.16.0.1:80", "192.168.1.1:80",
                                    "[fd00::1]:80", "[::1]:80", "[::ffff:10.0.0.1]:80"};
