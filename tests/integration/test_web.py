@@ -216,13 +216,14 @@ def test_client_gone_grace_then_cleanup(procs):
 
 @pytest.mark.parametrize("carrier", ["https", "https-lanes"])
 def test_lost_and_duplicated_answers(procs, carrier):
-    """Lost and duplicated /up and /down answers (a third of them): each lost one is asked for
-    again with the same X-Up-Seq or X-Down-Cursor (and X-Lane-ID), and the server's replay (an
+    """Lost, duplicated and reordered /up and /down answers (a quarter of them each): each lost one
+    is asked for again with the same X-Up-Seq or X-Down-Cursor (and X-Lane-ID), a delayed one is
+    overtaken by the answers of the requests in flight beside it, and the server's replay (an
     /up applied once, a /down batch byte for byte again) keeps both directions byte-exact."""
     import random
     from webclient import LossySession
     web = Web(procs, extra=["--web-carrier", carrier])
-    sess = LossySession(web.web, HOST, web.dd, rng=random.Random(7), mode=carrier)
+    sess = LossySession(web.web, HOST, web.dd, rng=random.Random(7), p=0.25, mode=carrier)
     a = Adapter(web.web, HOST, web.dd, session=sess, carrier=carrier)
     bg = [web.procs.client_bg(a.addr, web.dd, "dd", 2, 300000, 500000, name=f"c{i}")
           for i in range(4)]
@@ -230,7 +231,8 @@ def test_lost_and_duplicated_answers(procs, carrier):
         assert_ok(web.procs.result(p, timeout=60))
     assert not a.errors, a.errors
     assert not sess.mismatches, sess.mismatches
-    assert sess.lost >= 3 and sess.duplicated >= 3, (sess.lost, sess.duplicated)
+    assert min(sess.lost, sess.duplicated, sess.delayed) >= 2, \
+        (sess.lost, sess.duplicated, sess.delayed)
     a.abandon()
 
 

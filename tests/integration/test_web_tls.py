@@ -231,3 +231,36 @@ def test_other_carriers_through_tls(procs, tmp_path, kind, carrier):
         assert_ok(t.w.procs.result(p, timeout=T(60)))
     assert not a.errors, a.errors
     a.abandon()
+
+
+@pytest.mark.parametrize("kind", ["nginx", "haproxy"])
+def test_loss_stall_and_gone_through_tls(procs, tmp_path, kind):
+    """Behind the terminator (https-lanes, the carrier with the most requests in flight): lost,
+    duplicated and reordered answers keep 20 streams byte-exact beside one stalled stream that
+    finishes nothing meanwhile; then the client goes away mid-session and its connections live
+    through web-grace (2 s here), then are cleaned up."""
+    import random
+    import time
+    from webclient import LossySession
+    t = Terminated(procs, tmp_path, kind, carrier="https-lanes",
+                   extra=["--web-grace", "2s", "--web-poll", "1s"])
+    sess = LossySession(t.addr, HOST, t.w.dd, tls=t.tls, rng=random.Random(11),
+                        mode="https-lanes")
+    a = Adapter(t.addr, HOST, t.w.dd, tls=t.tls, session=sess, carrier="https-lanes")
+    slow = t.w.procs.client_bg(a.addr, t.w.dd, "dd", 2, 1000, 8 << 20, "--slow-read", 20000,
+                               "--timeout", 300, name="slow")
+    bg = [t.w.procs.client_bg(a.addr, t.w.dd, "dd", 2, 100000, 300000, name=f"c{i}")
+          for i in range(20)]
+    for p in bg:
+        assert_ok(t.w.procs.result(p, timeout=T(60)))
+    assert slow.alive(), "the stalled stream finished: it stalled nothing"
+    assert not a.errors, a.errors
+    assert not sess.mismatches, sess.mismatches
+    assert min(sess.lost, sess.duplicated, sess.delayed) >= 3, \
+        (sess.lost, sess.duplicated, sess.delayed)
+    dmark = t.w.dc.mark()
+    a.abandon()
+    gone = time.monotonic()
+    assert t.w.dc.wait_line(r"^CLOSED listener=2 reason=", T(10), start=dmark)
+    assert time.monotonic() - gone >= 1.5  # not before the grace
+    slow.stop()

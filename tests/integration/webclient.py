@@ -263,23 +263,35 @@ class WebSocket:
 
 
 class LossySession(Session):
-    """A Session whose carrier answers get lost or duplicated on the way, as a flaky network
-    or terminator would do it (rng decides, p each): a lost answer is asked for again with
-    the very same request (its X-Up-Seq or X-Down-Cursor); a duplicated request is sent twice
-    and the second answer used. A replayed /down batch must be byte for byte the first one
-    (checked here: a mismatch is recorded in self.mismatches)."""
+    """A Session whose carrier answers get lost, duplicated or reordered on the way, as a flaky
+    network or terminator would do it (rng decides, p each): a lost answer is asked for again
+    with the very same request (its X-Up-Seq or X-Down-Cursor); a duplicated request is sent
+    twice and the second answer used; a delayed answer (up to 80 ms) lets the answers of other
+    requests in flight at the same time (the uplink's and the downlink's, other lanes') overtake
+    it. A replayed /down batch must be byte for byte the first one (checked here: a mismatch is
+    recorded in self.mismatches)."""
 
-    def __init__(self, *args, rng, p=0.3, **kw):
+    def __init__(self, *args, rng, p=0.15, **kw):
         self.rng, self.p = rng, p
-        self.lost = self.duplicated = 0
+        self.rng_lock = threading.Lock()
+        self.lost = self.duplicated = self.delayed = 0
         self.mismatches = []
         super().__init__(*args, **kw)
 
+    def _draw(self):
+        with self.rng_lock:
+            return self.rng.random(), self.rng.random()
+
     def post(self, path, body, bearer, extra=None, method="POST"):
-        if path not in ("/api/v1/up", "/api/v1/down") or self.rng.random() >= 2 * self.p:
+        fate, half = self._draw()
+        if path not in ("/api/v1/up", "/api/v1/down") or fate >= 3 * self.p:
             return super().post(path, body, bearer, extra, method)
         first = super().post(path, body, bearer, extra, method)
-        if self.rng.random() < 0.5:
+        if fate >= 2 * self.p:
+            self.delayed += 1  # the answer comes late: others overtake it
+            time.sleep(0.08 * half)
+            return first
+        if half < 0.5:
             self.lost += 1       # the first answer never arrived: ask again
         else:
             self.duplicated += 1  # the request went twice: the second answer is the one seen
