@@ -399,6 +399,7 @@ static int app_configure(struct app *a)
     int run = !a->links_cmd && !a->doctor_cmd && !a->check_only && !a->rotate_name;
     a->rl.tool = a->links_cmd || a->doctor_cmd || a->rotate_name;
     if (run) {
+        a->rl.lock_wait_ms = STATEFILE_LOCK_WAIT_MS; /* users-file read under the lock */
         a->rl.users = &a->users;
         a->rl.start = &a->start;
         a->rl.reaper = &a->reaper;
@@ -440,7 +441,7 @@ static int app_check(struct app *a)
     int busy = 0;
     if (g) {
         startup_lookup_user(&a->user, g->opt.user);
-        startup_check(&g->opt, &a->user, a->check_only, &a->errs, &busy);
+        startup_check(&g->opt, &a->user, a->check_only, a->rl.lock_fd >= 0, &a->errs, &busy);
     }
     if (a->errs.count) {
         startup_print_errors(&a->errs);
@@ -506,7 +507,9 @@ static int app_preflight(struct app *a)
     }
     a->log_opened = 1;
     /* One mtproxy per state file: the lock is held for the life of the process. */
-    if ((a->lock_fd = statefile_lock(o->state_file, err, sizeof err)) < 0) {
+    a->lock_fd = a->rl.lock_fd; /* taken before users-file was read (app_configure) */
+    a->rl.lock_fd = -1;
+    if (a->lock_fd < 0 && (a->lock_fd = statefile_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
         return a->lock_fd == -2 ? EXIT_BUSY : EXIT_CONFIG;
     }

@@ -10,6 +10,7 @@
 #include "core/worker.h"
 #include "upstream/middle.h"
 #include "config/prefix.h"
+#include "config/statefile.h"
 
 static void reloader_job(struct reloader *rd)
 {
@@ -26,6 +27,7 @@ void reload_init(struct reload *r, struct users *users, const char *config_path,
     r->config_path = config_path;
     r->argc = argc;
     r->argv = argv;
+    r->lock_fd = -1;
 }
 
 static void gen_free(struct gen *g)
@@ -267,6 +269,12 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     if (r->config_path)
         config_load_file(p, r->config_path);
     config_load_args(p, r->argc, r->argv);
+    if (r->lock_wait_ms && r->lock_fd == -1) {
+        char le[CONFIG_ERR_LEN];
+        r->lock_fd = statefile_lock_wait(g->opt.state_file, r->lock_wait_ms, r->lock_poll,
+                                         r->lock_arg, le, sizeof le);
+        r->lock_wait_ms = 0; /* once */
+    }
     if (g->opt.users_file[0]) /* its lines are added to the config's (and the arguments') */
         options_load_users_file(&g->opt, g->opt.users_file, &p->errors);
     options_validate(p, &g->opt);
