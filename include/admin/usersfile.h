@@ -3,6 +3,7 @@
 #define MTPROXY_PROXY_USERSFILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/sbuf.h"
 #include "proto/secret.h"
@@ -48,6 +49,12 @@ int usersfile_render(const struct usersfile *u, struct sbuf *b);
 
 /* Drops the NAME.prev users (a rotation's grace) whose expires= has passed. */
 void usersfile_prune(struct usersfile *u);
+
+/* NAME.prev (the old secret of a rotation with a grace) is NAME under its old secret: its
+ * limit line becomes NAME's fields with expires= the grace's end until (0: the one its line
+ * has), or NAME's own expires= if that is earlier. Nothing without a NAME.prev (or when its
+ * line has no expires=: a hand edit). Returns 0, or -1 (out of memory, line too long). */
+int usersfile_sync_prev(struct usersfile *u, const char *name, int64_t until);
 
 /* Sets r's limit line's value to lim ("": none). Returns 0, or -1 (out of memory). */
 int usersfile_set_limit(struct usersfile_rec *r, const char *lim);

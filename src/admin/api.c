@@ -649,7 +649,7 @@ static int user_patch(struct api *a, const char *name, const char *body, size_t 
     if ((code = limit_line(name, u.r[r].limit, j, l && l->type == JSON_OBJECT ? l : NULL, lim,
                            sizeof lim, o)))
         goto out;
-    if (usersfile_set_limit(&u.r[r], lim)) {
+    if (usersfile_set_limit(&u.r[r], lim) || usersfile_sync_prev(&u, name, 0)) {
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }
@@ -691,15 +691,15 @@ out:
     return code;
 }
 
-/* The previous secret of name, kept for grace seconds after a rotation: user NAME.prev (its
- * own counters) with a limit line expires=now+grace, which the proxy enforces by itself (no
- * timer; the line is dropped by a later change once past, see ufile_prune). Returns 0, or the
- * HTTP status of the error written to o. */
+/* The previous secret of name, kept for grace seconds after a rotation: user NAME.prev, the
+ * same user under its old secret (its bytes count against NAME's quota: gen_map_users) with
+ * NAME's limits and expires=now+grace (usersfile_sync_prev), which the proxy enforces by
+ * itself (no timer; the line is dropped by a later change once past, see ufile_prune).
+ * Returns 0, or the HTTP status of the error written to o. */
 static int keep_previous(const struct gen *g, struct usersfile *u, const char *name,
                          const struct secret *old, long long grace, struct sbuf *o)
 {
-    char prev[SECRET_NAME_MAX + 8], hex[SECRET_HEX_MAX], st[sizeof prev + SECRET_HEX_MAX + 2],
-        lim[sizeof prev + 64];
+    char prev[SECRET_NAME_MAX + 8], hex[SECRET_HEX_MAX], st[sizeof prev + SECRET_HEX_MAX + 2];
     snprintf(prev, sizeof prev, "%s.prev", name);
     if (strlen(prev) >= SECRET_NAME_MAX)
         return fail(o, 400, "grace_seconds", "a grace needs the name NAME.prev for the old "
@@ -708,22 +708,18 @@ static int keep_previous(const struct gen *g, struct usersfile *u, const char *n
     if ((r < 0 || !u->r[r].secret) && options_find_secret(&g->opt, prev) >= 0)
         return fail(o, 409, "grace_seconds", "a grace needs the name '%s' for the old secret, "
                     "and a user of the config file has it", prev);
-    time_t until = time(NULL) + (time_t)grace;
-    struct tm tm;
-    char when[32];
-    gmtime_r(&until, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     secret_to_hex(old, hex, sizeof hex);
     snprintf(st, sizeof st, "%s:%s", prev, hex);
-    snprintf(lim, sizeof lim, "%s expires=%s", prev, when);
     struct usersfile_rec *rec = usersfile_rec(u, prev, strlen(prev));
     char *sc = strdup(st);
-    if (!rec || !sc || usersfile_set_limit(rec, lim)) {
+    if (!rec || !sc) {
         free(sc);
         return fail(o, 500, NULL, "out of memory");
     }
     free(rec->secret);
     rec->secret = sc;
+    if (usersfile_sync_prev(u, name, (int64_t)time(NULL) + grace))
+        return fail(o, 400, "grace_seconds", "the limit line of '%s' is too long", prev);
     return 0;
 }
 
@@ -793,7 +789,7 @@ static int user_disable(struct api *a, const char *name, int on, struct sbuf *o)
     const char *path = users_file(g, o, &code);
     if (code || (code = user_of_file(g, path, name, &u, &r, o)))
         goto out;
-    if (usersfile_set_word(&u.r[r], "disabled", on)) {
+    if (usersfile_set_word(&u.r[r], "disabled", on) || usersfile_sync_prev(&u, name, 0)) {
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }

@@ -196,6 +196,37 @@ void usersfile_prune(struct usersfile *u)
 }
 
 
+int usersfile_sync_prev(struct usersfile *u, const char *name, int64_t until)
+{
+    char prev[SECRET_NAME_MAX + 8], line[1024], err[CONFIG_ERR_LEN], when[32];
+    snprintf(prev, sizeof prev, "%s.prev", name);
+    int rp = usersfile_find(u, prev), r = usersfile_find(u, name);
+    struct user_limit l;
+    if (rp < 0)
+        return 0;
+    if (!until && (!u->r[rp].limit || users_limit_parse(u->r[rp].limit, &l, err, sizeof err) ||
+                   !(until = l.expires)))
+        return 0; /* not a grace's line (a hand edit): left alone */
+    const char *own = r >= 0 ? u->r[r].limit : NULL;
+    if (own && !users_limit_parse(own, &l, err, sizeof err) && l.expires && l.expires < until)
+        until = l.expires;
+    size_t len = (size_t)snprintf(line, sizeof line, "%s", prev);
+    for (const char *p = own ? own + strcspn(own, " \t") : ""; *p;) { /* NAME's fields */
+        p += strspn(p, " \t");
+        size_t k = strcspn(p, " \t");
+        if (k && strncmp(p, "expires=", 8) && len < sizeof line)
+            len += (size_t)snprintf(line + len, sizeof line - len, " %.*s", (int)k, p);
+        p += k;
+    }
+    time_t t = (time_t)until;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (len < sizeof line)
+        len += (size_t)snprintf(line + len, sizeof line - len, " expires=%s", when);
+    return len >= sizeof line ? -1 : usersfile_set_limit(&u->r[rp], line);
+}
+
 /* Sets r's limit line's value to lim ("": none). Returns 0, or -1 (out of memory). */
 int usersfile_set_limit(struct usersfile_rec *r, const char *lim)
 {

@@ -169,7 +169,17 @@ int gen_map_users(struct gen *g)
         return -1;
     g->lim = lim;
     for (int i = 0; i < o->nsecrets; i++) {
-        int32_t id = users_intern(g->users, o->secrets[i].name);
+        /* NAME.prev, a rotation's old secret in its grace, is user NAME (one user, two
+         * secrets: the same quota, conns slots and usage) while NAME is configured */
+        char base[SECRET_NAME_MAX];
+        const char *name = o->secrets[i].name;
+        size_t len = strlen(name);
+        if (len > 5 && !strcmp(name + len - 5, ".prev")) {
+            snprintf(base, sizeof base, "%.*s", (int)(len - 5), name);
+            if (options_find_secret(o, base) >= 0)
+                name = base;
+        }
+        int32_t id = users_intern(g->users, name);
         if (id < 0)
             return -1;
         g->uid[i] = (uint32_t)id;

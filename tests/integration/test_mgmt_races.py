@@ -64,3 +64,28 @@ def test_proxy_started_during_an_offline_change_waits(procs, bins, tmp_path):
     assert served(api.proxy, sec)
     st, u = api("GET", "/users/late")
     assert st == 200, u
+
+
+def test_rotate_with_grace_keeps_limits_and_quota(procs, tmp_path):
+    """The old secret of a rotation with a grace is the same user: its limits (disabled
+    too), its quota and usage, until the grace ends; a later change reaches it."""
+    api = Api(procs, tmp_path)
+    old = api("POST", "/users", {"name": "q", "limits": {"quota": "300k"}})[1]["secret"]
+    dold = api("POST", "/users", {"name": "d", "limits": {"quota": "1M"}})[1]["secret"]
+    assert api("POST", "/users/d/disable")[0] == 200
+    assert api("POST", "/users/q/rotate", {"grace_seconds": 3600})[0] == 200
+    assert api("POST", "/users/d/rotate", {"grace_seconds": 3600})[0] == 200
+    text = api.file_text()
+    assert re.search(r"^limit = q\.prev quota=300k expires=\S+Z$", text, re.M), text
+    assert re.search(r"^limit = d\.prev quota=1M disabled expires=\S+Z$", text, re.M), text
+    assert refused(api.proxy, dold)
+    assert not procs.client(api.proxy, old, "ef", 2, 1000, 1000000)["ok"]  # cut at 300k
+    assert refused(api.proxy, old)
+    used = api("GET", "/users/q")[1]["usage"]["quota_used"]
+    assert 300000 <= used < 1000000, used  # counted against q itself
+    assert api("GET", "/users/q.prev")[1]["usage"]["quota_used"] == used
+    # a later change of q reaches its old secret, whose grace end stays
+    exp = re.search(r"^limit = q\.prev .*expires=(\S+)$", text, re.M).group(1)
+    assert api("PATCH", "/users/q", {"limits": {"quota": "10M"}})[0] == 200
+    assert f"limit = q.prev quota=10M expires={exp}" in api.file_text(), api.file_text()
+    assert served(api.proxy, old)
