@@ -339,6 +339,7 @@ struct app {
     /* detach and run */
     char pidfile[OPT_PATH_MAX];
     struct state_saver saver;
+    int resets_asked;         /* the state file had quota-reset lines (offline reset-quota) */
     int ran;                  /* the run ended on SIGTERM/SIGINT: stop in order */
 };
 
@@ -721,6 +722,14 @@ static int app_start(struct app *a)
         log_error("%s", lerr);
         return 1;
     }
+    for (uint32_t id = 0; id < users_count(&a->users); id++) { /* offline reset-quota */
+        struct user_shared *us = users_shared(&a->users, id);
+        if (us->reset_asked && a->lstore && lstore_reset_quota(a->lstore, users_name(&a->users, id)))
+            log_warn("out of memory: the fleet's quota count of %s was not reset",
+                     users_name(&a->users, id));
+        a->resets_asked |= us->reset_asked;
+        us->reset_asked = 0;
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 0; i < a->nworkers; i++) {
         if (ncpu > 1) /* one CPU: spinning would only delay whoever sends the reply */
@@ -748,6 +757,10 @@ static int app_start(struct app *a)
     a->saver.users = &a->users;
     size_t last_cap = 0;
     users_state_format(&a->users, &a->saver.last, &last_cap);
+    if (a->resets_asked) { /* the state file's quota-reset lines go with the next save */
+        free(a->saver.last);
+        a->saver.last = NULL;
+    }
     return APP_ON;
 }
 

@@ -78,8 +78,10 @@ int usersfile_restore(const char *path, const struct usersfile *u, char *err, si
 
 /* The state file with the daemon stopped: drops user name's `quota-used` line (its usage
  * starts over at the next start), rewriting path atomically if there was one (*found = 1).
- * A missing file is no error. Returns 0, or -1 with err. */
-int usersfile_state_drop_quota(const char *path, const char *name, int *found, char *err,
-                               size_t errlen);
+ * fleet (limits-store is on): a line `quota-reset = NAME` is added (the file made if there is
+ * none): the next start resets the fleet's count too (lstore_reset_quota). A missing file is
+ * no error. Returns 0, or -1 with err. */
+int usersfile_state_drop_quota(const char *path, const char *name, int fleet, int *found,
+                               char *err, size_t errlen);
 
 #endif

@@ -123,6 +123,9 @@ struct user_shared {
      * recent addresses (counted against ips), as of the last flush; 0 without the store */
     _Atomic uint32_t fleet_conns;
     _Atomic uint32_t fleet_ips;
+    /* `quota-reset = NAME` in the state file (an offline reset-quota): the fleet's count is
+     * reset at start too (main thread only) */
+    uint8_t reset_asked;
 };
 
 struct users {

@@ -818,7 +818,8 @@ static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
     char err[CONFIG_ERR_LEN];
     if (a->reload) { /* the daemon is stopped: its state file is the usage */
         int found;
-        if (usersfile_state_drop_quota(g->opt.state_file, name, &found, err, sizeof err))
+        if (usersfile_state_drop_quota(g->opt.state_file, name, g->opt.lstore.on, &found,
+                                       err, sizeof err))
             return fail(o, 500, NULL, "cannot rewrite the state file: %s", err);
     } else if (state_save_now(a, err, sizeof err)) { /* on disk before the answer */
         return fail(o, 500, NULL, "quota reset, but a restart would bring the usage back: %s",

@@ -322,11 +322,16 @@ int usersfile_set_word(struct usersfile_rec *r, const char *word, int on)
     return usersfile_set_limit(r, fields ? line : "");
 }
 
-int usersfile_state_drop_quota(const char *path, const char *name, int *found, char *err,
-                               size_t errlen)
+int usersfile_state_drop_quota(const char *path, const char *name, int fleet, int *found,
+                               char *err, size_t errlen)
 {
     *found = 0;
     FILE *f = fopen(path, "re");
+    if (!f && errno == ENOENT && fleet) {
+        char line[SECRET_NAME_MAX + 32];
+        int n = snprintf(line, sizeof line, "quota-reset = %s\n", name);
+        return fs_write_atomic(path, line, (size_t)n, 0600, (uid_t)-1, err, errlen);
+    }
     if (!f) {
         if (errno == ENOENT)
             return 0;
@@ -352,13 +357,15 @@ int usersfile_state_drop_quota(const char *path, const char *name, int *found, c
         }
         sbuf_add(&b, line, strlen(line));
     }
+    if (fleet) /* the next start bumps the fleet's epoch of name (users_state_load) */
+        sbuf_printf(&b, "quota-reset = %s\n", name);
     int bad = ferror(f) || b.failed;
     fclose(f);
     int rc = 0;
     if (bad) {
         snprintf(err, errlen, "%s: cannot read (or larger than %d bytes)", path, CONFIG_FILE_MAX);
         rc = -1;
-    } else if (*found && fs_write_atomic(path, b.p ? b.p : "", b.len, 0600, owner_of(path),
+    } else if ((*found || fleet) && fs_write_atomic(path, b.p ? b.p : "", b.len, 0600, owner_of(path),
                                          err, errlen)) {
         rc = -1;
     }

@@ -48,6 +48,8 @@ struct lu {
     uint8_t got_quota;            /* ... and its total came */
     uint8_t resetting;            /* ... and bumps its epoch */
     uint8_t live_written;         /* this instance's live hash holds it */
+    uint8_t reseed;               /* the store lost counts: the next flush puts them back */
+    uint64_t seed;                /* ... this many bytes (field "s", if the hash has none) */
 };
 
 /* What a command's reply is for. */
@@ -247,6 +249,34 @@ static void set_state(struct lstore *ls, int up, const char *why)
                 fold_others(ls, i, 0, 0);
 }
 
+/* The fleet total of a flush applied to user l's `used` (s). A total below what this
+ * instance knew when it sent the flush (snap: the state file's usage at start, the last
+ * total since), or an epoch older than its own, is a store that lost counts (emptied: a
+ * restart without persistence, FLUSHALL, an empty replica): the larger is kept and the next
+ * flush seeds the store with the difference (field "s", HSETNX: once for the fleet). */
+static void fold_quota(struct lu *l, struct user_shared *s)
+{
+    uint64_t fleet = l->fleet;
+    if (l->new_epoch < l->epoch) { /* its epoch lost: put back first, the total after */
+        l->reseed = 1;
+        l->seed = 0;
+        fleet = l->snap;
+    } else if (l->new_epoch != l->epoch) { /* a reset (here or elsewhere) */
+        l->epoch = l->new_epoch;
+        l->mine = 0;
+    } else if (fleet < l->snap) {
+        l->reseed = 1;
+        l->seed = l->snap - fleet;
+        fleet = l->snap;
+    }
+    uint64_t cur = shared64_load(&s->used), nv;
+    int stale;
+    do {
+        nv = lstore_adjust(cur, l->snap, fleet, &stale);
+    } while (!stale && !shared64_cas(&s->used, &cur, nv));
+    l->base = stale ? 0 : fleet;
+}
+
 static void flush_last(struct lstore *ls);
 
 /* The flush in flight is over: its answers applied if all came, else counted as failed. */
@@ -261,16 +291,7 @@ static void flush_done(struct lstore *ls)
             nusers++;
             struct user_shared *s = users_shared(u, i);
             if (ok && l->got_quota) {
-                if (l->new_epoch != l->epoch) { /* a reset (here or elsewhere) */
-                    l->epoch = l->new_epoch;
-                    l->mine = 0;
-                }
-                uint64_t cur = shared64_load(&s->used), nv;
-                int stale;
-                do {
-                    nv = lstore_adjust(cur, l->snap, l->fleet, &stale);
-                } while (!stale && !shared64_cas(&s->used, &cur, nv));
-                l->base = stale ? 0 : l->fleet;
+                fold_quota(l, s);
             } else if (l->resetting) {
                 /* not known whether the epoch moved: asked again next time (one more reset
                  * changes nothing) */
@@ -504,6 +525,16 @@ static int send_quota(struct lstore *ls, uint32_t i, int64_t period, int64_t nex
     char key[SECRET_NAME_MAX + 48], val[48], ttl[24];
     snprintf(key, sizeof key, "mtproxy:l:q:%s:%lld", users_name(ls->users, i),
              (long long)period);
+    if (l->reseed && !l->resetting) { /* HSETNX: the first instance to put it back wins */
+        char ev[24], sv[48];
+        snprintf(ev, sizeof ev, "%llu", (unsigned long long)l->epoch);
+        snprintf(sv, sizeof sv, "%llu %llu", (unsigned long long)l->epoch,
+                 (unsigned long long)l->seed);
+        if ((l->epoch && send4(ls, K_PLAIN, i, "HSETNX", key, "e", ev)) ||
+            (l->seed && send4(ls, K_PLAIN, i, "HSETNX", key, "s", sv)))
+            return -1;
+    }
+    l->reseed = 0;
     if (l->resetting) {
         if (send4(ls, K_EPOCH, i, "HINCRBY", key, "e", "1"))
             return -1;

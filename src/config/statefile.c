@@ -28,7 +28,9 @@ int statefile_save(struct state_saver *sv, const struct gen *g, int final)
         return -1;
     }
     int rolled = sv->resets != sv->users->resets;
-    if (!q[0] && !g->state_secret && !rolled) { /* nothing to keep */
+    /* nothing to keep, and no file whose lines would go stale (a usage gone to 0 without a
+     * reset here: another instance's reset through limits-store) */
+    if (!q[0] && !g->state_secret && !rolled && !sv->last && access(o->state_file, F_OK)) {
         free(q);
         return 0;
     }

@@ -845,6 +845,20 @@ static int state_quota(void *conf, const char *v, char *err, size_t errlen)
     return users_state_apply(conf, v, err, errlen);
 }
 
+/* `quota-reset = NAME`: an offline reset-quota that the fleet (limits-store) has yet to see. */
+static int state_reset_asked(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct users *u = conf;
+    int32_t id = name_ok(v, strlen(v)) ? users_intern(u, v) : -1;
+    if (id < 0) {
+        snprintf(err, errlen, "quota-reset %s: not a user name (or too many users)", v);
+        return -1;
+    }
+    shared64_store(&users_shared(u, (uint32_t)id)->used, 0);
+    users_shared(u, (uint32_t)id)->reset_asked = 1;
+    return 0;
+}
+
 static int state_skip(void *conf, const char *v, char *err, size_t errlen)
 {
     return 0;
@@ -861,6 +875,8 @@ int users_state_load(struct users *u, const char *path, char *err, size_t errlen
          .reset = state_reset},
         {.name = "quota-used", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = state_quota,
          .reset = state_reset},
+        {.name = "quota-reset", .type = CFG_CUSTOM, .flags = CFG_REPEAT,
+         .parse = state_reset_asked, .reset = state_reset},
     };
     FILE *f = fopen(path, "r");
     if (!f)
@@ -871,7 +887,7 @@ int users_state_load(struct users *u, const char *path, char *err, size_t errlen
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    config_init(p, table, 2, u);
+    config_init(p, table, sizeof table / sizeof table[0], u);
     int rc = 0;
     if (config_load_file(p, path)) {
         snprintf(err, errlen, "state file: %s", p->errors.msg[0]);

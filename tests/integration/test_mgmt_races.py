@@ -5,6 +5,7 @@ limits (issue 35)."""
 import fcntl
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -89,3 +90,85 @@ def test_rotate_with_grace_keeps_limits_and_quota(procs, tmp_path):
     assert api("PATCH", "/users/q", {"limits": {"quota": "10M"}})[0] == 200
     assert f"limit = q.prev quota=10M expires={exp}" in api.file_text(), api.file_text()
     assert served(api.proxy, old)
+
+
+def redis_total(redis, user):
+    """The store's count of user's lifetime quota (the shares and seed of the hash's epoch)."""
+    def rc(*args):
+        return subprocess.run(["redis-cli", "-p", str(redis.port), "-n", "3", *args],
+                              capture_output=True, text=True, timeout=T(5)).stdout
+    keys = rc("--scan", "--pattern", f"mtproxy:l:q:{user}:*").split()
+    if not keys:
+        return 0
+    vals = rc("hgetall", keys[0]).split("\n")
+    kv = dict(zip(vals[0::2], vals[1::2]))
+    epoch = kv.pop("e", "0")
+    return sum(int(v.split()[1]) for v in kv.values() if v.split()[0] == epoch)
+
+
+def text_of(path):
+    return open(path).read() if os.path.exists(path) else ""
+
+
+def saved_state(api):
+    """The state file, once the proxy has saved it (SIGUSR2: at once)."""
+    os.kill(api.proxy.pid, signal.SIGUSR2)
+    time.sleep(0.2)
+    return text_of(state_of(api))
+
+
+def quota_used(api, name="q"):
+    return api("GET", f"/users/{name}")[1]["usage"]["quota_used"]
+
+
+def test_empty_redis_never_resets_usage(procs, bins, tmp_path):
+    """limits-store with a Redis that lost everything (restarted without persistence,
+    FLUSHALL): the usage known here (the state file at start, the last total while running)
+    is kept and put back into the store; an offline reset-quota reaches the store at the next
+    start; a usage gone to 0 leaves no stale line in the state file."""
+    fleetlib = __import__("fleetlib")
+    fleetlib.check_built_with_redis(bins)
+    redis = fleetlib.Redis(procs)
+    api = Api(procs, tmp_path, extra=f"limits-store = {redis.url()}\n"
+                                     "limits-store-interval = 200ms\n")
+    q = api("POST", "/users", {"name": "q", "limits": {"quota": "100M"}})[1]["secret"]
+    assert procs.client(api.proxy, q, "ef", 2, 1 << 20, 2 << 20)["ok"]
+    assert wait_until(lambda: redis_total(redis, "q") >= 3 << 20, T(5))
+    state = state_of(api)
+    assert wait_until(lambda: "quota-used = q " in saved_state(api), T(10))
+    used = quota_used(api)
+    assert used >= 3 << 20, used
+    # restart the proxy, then Redis empty: the state file's usage stays and seeds the store
+    api.proxy.stop()
+    redis.stop()
+    redis.start()
+    api.start()
+    time.sleep(1)
+    assert quota_used(api) >= used, (quota_used(api), used)
+    assert wait_until(lambda: redis_total(redis, "q") >= used, T(5)), redis_total(redis, "q")
+    # FLUSHALL while running: kept here, put back there
+    subprocess.run(["redis-cli", "-p", str(redis.port), "flushall"], capture_output=True,
+                   timeout=T(5))
+    time.sleep(1)
+    assert quota_used(api) >= used
+    assert wait_until(lambda: redis_total(redis, "q") >= used, T(5)), redis_total(redis, "q")
+    # an offline reset-quota: at the next start the fleet's count starts over too
+    api.proxy.stop()
+    rc = subprocess.run(cli_argv(bins, api, "reset-quota", "q"), capture_output=True,
+                        text=True, timeout=T(60))
+    assert rc.returncode == 0, rc.stderr
+    api.start()
+    time.sleep(1)
+    assert quota_used(api) == 0, quota_used(api)
+    assert redis_total(redis, "q") == 0
+    assert wait_until(lambda: "quota-reset" not in saved_state(api), T(10))
+    # usage gone to 0 by another instance's reset (the epoch): the state file follows
+    assert procs.client(api.proxy, q, "ef", 2, 1000, 100000)["ok"]
+    assert wait_until(lambda: "quota-used = q " in saved_state(api), T(10))
+    key = subprocess.run(["redis-cli", "-p", str(redis.port), "-n", "3", "--scan", "--pattern",
+                          "mtproxy:l:q:q:*"], capture_output=True, text=True).stdout.split()[0]
+    subprocess.run(["redis-cli", "-p", str(redis.port), "-n", "3", "hincrby", key, "e", "1"],
+                   capture_output=True, timeout=T(5))
+    assert wait_until(lambda: quota_used(api) == 0, T(5))
+    assert wait_until(lambda: "quota-used = q " not in saved_state(api), T(10)), \
+        text_of(state)
