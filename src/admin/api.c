@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "crypto/crypto.h"
 #include "proto/json.h"
 #include "proto/secret.h"
@@ -177,6 +178,24 @@ static int state_save_now(struct api *a, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+/* User uid's (name's) quota usage starts over: here, in the fleet (limits-store) and in the
+ * state file (offline: its line dropped; running: saved before the answer). Returns 0, or -1
+ * with err. */
+static int usage_forget(struct api *a, struct users *users, uint32_t uid, const char *name,
+                        const char *state_file, int fleet, char *err, size_t errlen)
+{
+    users_quota_reset(users, uid);
+    /* limits-store: every instance's share of the period stops counting (its next flush) */
+    if (users->fleet && lstore_reset_quota(users->fleet, name)) {
+        snprintf(err, errlen, "out of memory: the fleet's count of '%s' was not reset", name);
+        return -1;
+    }
+    int found;
+    if (a->reload) /* the daemon is stopped: its state file is the usage */
+        return usersfile_state_drop_quota(state_file, name, fleet, &found, err, errlen);
+    return state_save_now(a, err, errlen); /* on disk before the answer */
 }
 
 /* Writes u to path (usersfile_write) and reloads; on a refused reload the old text goes
@@ -669,7 +688,13 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
     const char *path = users_file(g, o, &code);
     if (code || (code = user_of_file(g, path, name, &u, &r, o)))
         goto out;
-    char prev[SECRET_NAME_MAX + 8];
+    /* its usage goes with it (a user made again with the name starts from zero) */
+    int si = options_find_secret(&g->opt, name);
+    struct users *users = g->users;
+    uint32_t uid = si >= 0 && g->uid ? g->uid[si] : UINT32_MAX;
+    char prev[SECRET_NAME_MAX + 8], state_file[OPT_PATH_MAX], err[CONFIG_ERR_LEN];
+    int fleet = g->opt.lstore.on;
+    snprintf(state_file, sizeof state_file, "%s", g->opt.state_file);
     snprintf(prev, sizeof prev, "%s.prev", name);
     for (int k = 0; k < 2; k++) { /* the user, and its previous secret still in its grace */
         if ((r = usersfile_find(&u, k ? prev : name)) < 0)
@@ -679,6 +704,9 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
         u.r[r] = u.r[--u.n];
     }
     if (!(code = ufile_commit(a, path, &u, o))) {
+        if (users && uid != UINT32_MAX &&
+            usage_forget(a, users, uid, name, state_file, fleet, err, sizeof err))
+            log_warn("API: user %s deleted, but its quota usage is kept: %s", name, err);
         o->len = 0;
         sbuf_printf(o, "{\"deleted\":");
         api_json_str(o, name);
@@ -800,9 +828,8 @@ out:
     return code;
 }
 
-/* reset-quota: the user's quota usage starts over (users_quota_reset); offline, its state
- * file line goes too. Users of the config file may be reset as well (nothing is written to
- * a config). */
+/* reset-quota: the user's quota usage starts over (usage_forget). Users of the config file
+ * may be reset as well (nothing is written to a config). */
 static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
 {
     const struct gen *g = a->current(a->arg);
@@ -811,20 +838,11 @@ static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
         return fail(o, 404, NULL, "no user '%s'", name);
     if (!g->users || !g->uid)
         return fail(o, 500, NULL, "no users registry");
-    users_quota_reset(g->users, g->uid[i]);
-    /* limits-store: every instance's share of the period stops counting (its next flush) */
-    if (g->users->fleet && lstore_reset_quota(g->users->fleet, name))
-        return fail(o, 500, NULL, "out of memory: the fleet's count of '%s' was not reset", name);
     char err[CONFIG_ERR_LEN];
-    if (a->reload) { /* the daemon is stopped: its state file is the usage */
-        int found;
-        if (usersfile_state_drop_quota(g->opt.state_file, name, g->opt.lstore.on, &found,
-                                       err, sizeof err))
-            return fail(o, 500, NULL, "cannot rewrite the state file: %s", err);
-    } else if (state_save_now(a, err, sizeof err)) { /* on disk before the answer */
+    if (usage_forget(a, g->users, g->uid[i], name, g->opt.state_file, g->opt.lstore.on, err,
+                     sizeof err))
         return fail(o, 500, NULL, "quota reset, but a restart would bring the usage back: %s",
                     err);
-    }
     return user_answer(a, name, 200, 0, o);
 }
 

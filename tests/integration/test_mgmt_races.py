@@ -172,3 +172,31 @@ def test_empty_redis_never_resets_usage(procs, bins, tmp_path):
     assert wait_until(lambda: quota_used(api) == 0, T(5))
     assert wait_until(lambda: "quota-used = q " not in saved_state(api), T(10)), \
         text_of(state)
+
+
+def test_delete_drops_usage(procs, bins, tmp_path):
+    """A deleted user's quota usage goes with it (and its state file line): a user made again
+    with the name starts from zero; the same with the proxy stopped."""
+    api = Api(procs, tmp_path)
+    q = api("POST", "/users", {"name": "q", "limits": {"quota": "100k"}})[1]["secret"]
+    assert not procs.client(api.proxy, q, "ef", 2, 1000, 200000)["ok"]
+    assert api("GET", "/users/q")[1]["state"] == "quota"
+    assert "quota-used = q " in saved_state(api)
+    assert api("DELETE", "/users/q")[0] == 200
+    assert "quota-used = q " not in text_of(state_of(api))
+    st, u = api("POST", "/users", {"name": "q", "limits": {"quota": "100k"}})
+    assert st == 201 and u["state"] == "active" and u["usage"]["quota_used"] == 0, u
+    assert served(api.proxy, u["secret"])
+    # offline
+    assert not procs.client(api.proxy, u["secret"], "ef", 2, 1000, 200000)["ok"]
+    assert "quota-used = q " in saved_state(api)
+    api.proxy.stop()
+    rc = subprocess.run(cli_argv(bins, api, "del", "q"), capture_output=True, text=True,
+                        timeout=T(60))
+    assert rc.returncode == 0, rc.stderr
+    assert "quota-used = q " not in text_of(state_of(api))
+    rc = subprocess.run(cli_argv(bins, api, "add", "q", "--limit", "quota=100k"),
+                        capture_output=True, text=True, timeout=T(60))
+    assert rc.returncode == 0, rc.stderr
+    api.start()
+    assert api("GET", "/users/q")[1]["state"] == "active"
