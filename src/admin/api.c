@@ -437,10 +437,17 @@ static int limit_line(const char *name, const char *old, const struct json_obj *
         if (!plain_word(f->key) || strlen(f->key) >= sizeof keys[0])
             return fail(o, 400, field, "unknown limit '%s'", f->key);
         if (f->type == JSON_NUMBER && !strcmp(f->key, "expires")) {
-            time_t t = (time_t)strtoll(f->val, NULL, 10);
+            /* digits only: 2e9 or 1.5 are not read as something else; 0 is not "never"
+             * (null removes the limit) */
+            char *end;
+            errno = 0;
+            long long secs = strtoll(f->val, &end, 10);
+            time_t t = (time_t)secs;
             struct tm tm;
-            if (f->val[0] == '-' || strchr(f->val, '.') || !gmtime_r(&t, &tm))
-                return fail(o, 400, field, "expires must be a unix time or YYYY-MM-DD");
+            if (f->val[strspn(f->val, "0123456789")] || errno || secs < 1 ||
+                secs > 253402300799LL || !gmtime_r(&t, &tm))
+                return fail(o, 400, field, "expires must be a unix time (whole seconds, 1 to "
+                            "253402300799), a date YYYY-MM-DD[THH:MM:SSZ], or null (none)");
             strftime(v, sizeof v, "%Y-%m-%dT%H:%M:%SZ", &tm);
         } else if (f->type != JSON_NULL && strlen(f->val) > 80) {
             return fail(o, 400, field, "%s is too long", field);

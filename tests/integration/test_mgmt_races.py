@@ -200,3 +200,15 @@ def test_delete_drops_usage(procs, bins, tmp_path):
     assert rc.returncode == 0, rc.stderr
     api.start()
     assert api("GET", "/users/q")[1]["state"] == "active"
+
+
+def test_expires_number_integers_only(procs, tmp_path):
+    """expires as a JSON number: whole seconds in digits only; 2e9, 1.5e9 and 0 refused."""
+    api = Api(procs, tmp_path)
+    for bad in (b"2e9", b"2E9", b"1.5e9", b"0", b"2000000000.0", b"99999999999999999999"):
+        st, e = api("POST", "/users", raw=b'{"name":"x","limits":{"expires":' + bad + b"}}")
+        assert st == 400 and e["field"] == "limits.expires", (bad, st, e)
+    assert "x" not in api.file_text()
+    st, u = api("POST", "/users", {"name": "x", "limits": {"expires": 2000000000}})
+    assert st == 201 and u["limits"]["expires"] == 2000000000, u
+    assert "limit = x expires=2033-05-18T03:33:20Z" in api.file_text()
