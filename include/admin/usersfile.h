@@ -67,7 +67,7 @@ enum { USERSFILE_INVALID = -1, USERSFILE_TOO_BIG = -2, USERSFILE_WRITE_FAILED = 
 
 /* Drops lapsed NAME.prev users, renders u, checks the new text with the reload's parser and
  * writes it to path atomically (temporary file, fsync, rename, fsync of the directory; mode
- * 0600). Returns 0, or USERSFILE_INVALID (err "PATH:LINE: ...", key: that line's key),
+ * 0600; a symbolic link is written through: its target is replaced, the link stays). Returns 0, or USERSFILE_INVALID (err "PATH:LINE: ...", key: that line's key),
  * USERSFILE_TOO_BIG or USERSFILE_WRITE_FAILED (err; the old file is untouched). */
 int usersfile_write(const char *path, struct usersfile *u, char *err, size_t errlen, char *key,
                     size_t keylen);

@@ -2,6 +2,7 @@
 #include "admin/usersfile.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,19 +245,39 @@ static uid_t owner_of(const char *path)
     return geteuid() == 0 && lstat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
 }
 
+/* Where a rewrite of path goes: a symlink is written through (its target replaced, the link
+ * kept: a users-file linked from a shared or managed place stays linked). Returns the path
+ * to write (path itself, or real), or NULL with err (a link to nothing). */
+static const char *write_target(const char *path, char *real, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) || !S_ISLNK(st.st_mode))
+        return path;
+    if (!realpath(path, real)) {
+        snprintf(err, errlen, "users-file %s is a symbolic link to nothing (%s): fix the link",
+                 path, strerror(errno));
+        return NULL;
+    }
+    return real;
+}
+
 int usersfile_write(const char *path, struct usersfile *u, char *err, size_t errlen, char *key,
                     size_t keylen)
 {
+    char real[PATH_MAX];
+    const char *dst = write_target(path, real, err, errlen);
+    key[0] = 0;
+    if (!dst)
+        return USERSFILE_WRITE_FAILED;
     struct sbuf b = {.max = CONFIG_FILE_MAX};
     int rc = 0;
-    key[0] = 0;
     usersfile_prune(u);
     if (usersfile_render(u, &b)) {
         snprintf(err, errlen, "users-file would be larger than %d bytes", CONFIG_FILE_MAX);
         rc = USERSFILE_TOO_BIG;
     } else if (usersfile_check(path, b.p, b.len, err, errlen, key, keylen)) {
         rc = USERSFILE_INVALID;
-    } else if (fs_write_atomic(path, b.p, b.len, 0600, owner_of(path), err, errlen)) {
+    } else if (fs_write_atomic(dst, b.p, b.len, 0600, owner_of(dst), err, errlen)) {
         rc = USERSFILE_WRITE_FAILED;
     }
     sbuf_free(&b);
@@ -265,6 +286,9 @@ int usersfile_write(const char *path, struct usersfile *u, char *err, size_t err
 
 int usersfile_restore(const char *path, const struct usersfile *u, char *err, size_t errlen)
 {
+    char real[PATH_MAX];
+    if (!(path = write_target(path, real, err, errlen)))
+        return -1;
     if (u->text)
         return fs_write_atomic(path, u->text, u->len, 0600, owner_of(path), err, errlen);
     if (unlink(path) && errno != ENOENT) {

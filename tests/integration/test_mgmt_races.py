@@ -212,3 +212,23 @@ def test_expires_number_integers_only(procs, tmp_path):
     st, u = api("POST", "/users", {"name": "x", "limits": {"expires": 2000000000}})
     assert st == 201 and u["limits"]["expires"] == 2000000000, u
     assert "limit = x expires=2033-05-18T03:33:20Z" in api.file_text()
+
+
+def test_symlinked_users_file_written_through(procs, bins, tmp_path):
+    """users-file as a symbolic link: the API and the offline CLI replace its target, and the
+    link stays a link."""
+    real = tmp_path / "shared"
+    real.mkdir()
+    (real / "users.conf").write_text("")
+    link = tmp_path / "users.conf"
+    os.symlink(real / "users.conf", link)
+    api = Api(procs, tmp_path)
+    assert api("POST", "/users", {"name": "s1"})[0] == 201
+    assert os.path.islink(link), "users-file replaced by a regular file"
+    assert "secret = s1:" in (real / "users.conf").read_text()
+    api.proxy.stop()
+    rc = subprocess.run(cli_argv(bins, api, "add", "s2"), capture_output=True, text=True,
+                        timeout=T(60))
+    assert rc.returncode == 0, rc.stderr
+    assert os.path.islink(link) and "secret = s2:" in (real / "users.conf").read_text()
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
