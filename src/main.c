@@ -47,6 +47,7 @@
 /* A listen port or the state file's lock is held by another process (an old instance still
  * closing, another server): worth a retry (sysexits.h's EX_TEMPFAIL). */
 #define EXIT_BUSY 75
+#define STALE_TMP_SECONDS 60 /* a temporary file of ours this old at start is a killed write's */
 
 /* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
 static size_t help_width(FILE *f)
@@ -513,6 +514,18 @@ static int app_preflight(struct app *a)
     if (a->lock_fd < 0 && (a->lock_fd = statefile_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
         return a->lock_fd == -2 ? EXIT_BUSY : EXIT_CONFIG;
+    }
+    /* what a write killed midway left (kill -9, power loss): ours, no longer written */
+    char links[OPT_PATH_MAX + 8] = "";
+    if (!o->links_file[0])
+        snprintf(links, sizeof links, "%s.links", o->state_file);
+    else if (strcmp(o->links_file, "off"))
+        snprintf(links, sizeof links, "%s", o->links_file);
+    const char *const written[] = {o->state_file, links, o->users_file};
+    for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
+        int n = written[i][0] ? fs_remove_stale_tmp(written[i], STALE_TMP_SECONDS) : 0;
+        if (n)
+            log_info("removed %d stale temporary file%s of %s", n, n == 1 ? "" : "s", written[i]);
     }
     if (a->start.secret_drawn) {
         if (options_save_state(&o->secrets[0], o->state_file, err, sizeof err)) {

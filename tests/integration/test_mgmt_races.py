@@ -232,3 +232,22 @@ def test_symlinked_users_file_written_through(procs, bins, tmp_path):
     assert rc.returncode == 0, rc.stderr
     assert os.path.islink(link) and "secret = s2:" in (real / "users.conf").read_text()
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_stale_temporary_files_removed_at_start(procs, tmp_path):
+    """Temporary files of a write killed midway (.users.conf.XXXXXXXX.tmp, .mtproxy.state...)
+    are removed at start; others' files stay."""
+    api = Api(procs, tmp_path)
+    api.proxy.stop()
+    sdir = os.path.dirname(state_of(api))
+    old = time.time() - 3600
+    stale = [tmp_path / ".users.conf.0badc0de.tmp",
+             os.path.join(sdir, f".{os.path.basename(state_of(api))}.12345678.tmp")]
+    keep = [tmp_path / ".users.conf.note.tmp", tmp_path / "users.conf.12345678.tmp"]
+    for p in stale + keep:
+        open(p, "w").write("secret = x\n")
+        os.utime(p, (old, old))
+    api.start()
+    assert not [p for p in stale if os.path.exists(p)]
+    assert all(os.path.exists(p) for p in keep)
+    assert "stale temporary file" in api.proxy.stderr_tail(400)
