@@ -417,7 +417,13 @@ static void take_reply(struct lstore *ls, const struct plan *p, const redisReply
             uint64_t e;
             l->fleet = lstore_quota_total(kv, (size_t)n, &e, NULL);
             l->new_epoch = e;
-            l->got_quota = 1;
+            l->got_quota = l->fleet != UINT64_MAX;
+            if (!l->got_quota) { /* more than the fleet could have counted */
+                if (!ls->down_logged)
+                    log_warn("limits-store: the fleet total of %s is implausible (over 2^56 "
+                             "bytes): refused", users_name(ls->users, p->idx));
+                ls->failed_replies++;
+            }
         } else {
             ls->failed_replies++;
         }

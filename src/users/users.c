@@ -688,7 +688,11 @@ void users_release(const struct users *u, uint32_t id, const struct sock_addr *a
 int users_charge(const struct users *u, uint32_t id, uint64_t quota, uint64_t n)
 {
     struct user_shared *s = users_shared(u, id);
-    uint64_t used = shared64_fetch_add(&s->used, n) + n;
+    uint64_t before = shared64_fetch_add(&s->used, n), used = before + n;
+    if (used < before) { /* saturates: never wraps to a small count */
+        shared64_store(&s->used, UINT64_MAX);
+        used = UINT64_MAX;
+    }
     return quota && used >= quota;
 }
 

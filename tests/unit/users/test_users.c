@@ -148,6 +148,12 @@ static void test_admit(void **state)
     users_release(&u, id, &a1, 300);
     assert_int_equal(users_charge(&u, id, l.quota, 1), 1);
     assert_int_equal(users_admit(&u, id, &l, &a1, 300, 60), UR_QUOTA);
+    uint64_t was = shared64_load(&users_shared(&u, id)->used);
+    assert_int_equal(users_charge(&u, id, 0, UINT64_MAX - 10), 0); /* saturates, no wrap */
+    assert_true(shared64_load(&users_shared(&u, id)->used) == UINT64_MAX);
+    assert_int_equal(users_charge(&u, id, l.quota, 5), 1);
+    assert_true(shared64_load(&users_shared(&u, id)->used) == UINT64_MAX);
+    shared64_store(&users_shared(&u, id)->used, was);
     l.quota = 0;
     assert_int_equal(users_admit(&u, id, &l, &a1, 500, 60), UR_EXPIRED);
     /* log once per minute */
