@@ -565,8 +565,8 @@ static int secret_text(const char *name, const char *kind, const char *domain, c
     struct secret s;
     char err[CONFIG_ERR_LEN];
     if (secret_parse_named(out, &s, err, sizeof err))
-        return fail(o, 400, strstr(err, "name") ? "name" : *dhex ? "domain" : "secret", "%s",
-                    err);
+        return fail(o, 400, !strncmp(err, "secret name", 11) ? "name" : *dhex ? "domain" : "secret",
+                    "%s", err);
     if (options_documented_secret(&s))
         return fail(o, 400, "secret", "this key is shown in mtproxy's documentation: pick another");
     return 0;
@@ -605,6 +605,10 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
         goto out;
     if (!name) {
         code = fail(o, 400, "name", "name is required");
+        goto out;
+    }
+    if (!name[strspn(name, ".")]) { /* "..": a URL path segment clients resolve away */
+        code = fail(o, 400, "name", "a name of dots only cannot be used in a URL (/users/NAME)");
         goto out;
     }
     if (strlen(name) > 5 && !strcmp(name + strlen(name) - 5, ".prev")) {

@@ -251,3 +251,14 @@ def test_stale_temporary_files_removed_at_start(procs, tmp_path):
     assert not [p for p in stale if os.path.exists(p)]
     assert all(os.path.exists(p) for p in keep)
     assert "stale temporary file" in api.proxy.stderr_tail(400)
+
+
+def test_small_api_checks(procs, tmp_path):
+    """A bad ee domain is reported as field domain; names of dots only are refused."""
+    api = Api(procs, tmp_path)
+    st, e = api("POST", "/users", {"name": "t", "kind": "ee", "domain": "bad domain!"})
+    assert st == 400 and e["field"] == "domain", e
+    for name in ("..", ".", "..."):
+        st, e = api("POST", "/users", {"name": name})
+        assert st == 400 and e["field"] == "name", (name, e)
+    assert api("POST", "/users", {"name": "a.b"})[0] == 201
