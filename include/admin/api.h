@@ -13,7 +13,11 @@
 #define API_BODY_MAX (64u << 10) /* request body bytes */
 #define API_RELOAD_WAIT 60.0     /* seconds an API change waits for its reload */
 #define API_MAX_CONNS 16         /* API connections open at once; more wait in the backlog */
-#define API_READ_TIMEOUT 30.0    /* seconds for a whole request (calls queue behind reloads) */
+#define API_MAX_PER_SOURCE 4     /* ... from one address: a 5th replaces its oldest idle one */
+/* seconds from accept for a whole request: an idle connection goes (a full API replaces its
+ * oldest one still reading before that); a request that came while a reload held the thread
+ * is still served */
+#define API_HEADER_TIMEOUT 5.0
 
 struct gen;
 

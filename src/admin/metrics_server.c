@@ -238,6 +238,12 @@ static void on_mconn_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct httpd_conn *m = t->data;
     struct metrics_server *s = m->owner;
+    if (m->pinned && m->state == HTTPD_READ) {
+        /* its request may have come while a reload held this thread: served if whole */
+        mconn_read(m);
+        if (m->fd < 0 || m->state != HTTPD_READ)
+            return;
+    }
     if (m->state != HTTPD_LINGER)
         STAT_INC(&s->stats.timeouts);
     mconn_close(m);
@@ -257,20 +263,80 @@ static struct httpd_conn *slot_get(struct metrics_server *s, const uint8_t src[1
     return m;
 }
 
+/* 1 if c is an API connection still waiting for its request: not a whole one in its buffer
+ * or its socket (one that came while a reload held this thread is read now and served by the
+ * next loop turn; one whose client went away is closed). */
+static int api_idle(struct metrics_server *s, struct httpd_conn *c)
+{
+    if (c->fd < 0 || !c->pinned || c->state != HTTPD_READ)
+        return 0;
+    struct http_request rq;
+    const uint8_t *buf;
+    int st = httpd_conn_read(c, METRICS_MAX_HEADERS, API_BODY_MAX, &rq, &buf);
+    if (st == HTTPD_CLOSE) {
+        mconn_close(c);
+        return 0;
+    }
+    if (st != HTTP_NEED_MORE) {
+        ev_feed_event(s->loop, &c->io, EV_READ);
+        return 0;
+    }
+    return 1;
+}
+
+/* The slot of an API connection from src: the oldest idle API connection (api_idle) of a
+ * source with API_MAX_PER_SOURCE of them, else a free slot while fewer than API_MAX_CONNS are
+ * open, else the oldest idle one of any source (an idle connection cannot hold the API; a
+ * client sends its request at once); a taken slot is closed here. NULL: none. */
+static struct httpd_conn *api_slot(struct metrics_server *s, const uint8_t src[16])
+{
+    struct httpd_conn *oldest = NULL, *oldest_mine = NULL;
+    int mine = 0;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+        struct httpd_conn *c = &s->conns[i];
+        int same = c->fd >= 0 && c->pinned && !memcmp(c->src, src, 16);
+        mine += same;
+        if (!api_idle(s, c))
+            continue;
+        if (!oldest || c->born < oldest->born)
+            oldest = c;
+        if (same && (!oldest_mine || c->born < oldest_mine->born))
+            oldest_mine = c;
+    }
+    struct httpd_conn *m = mine >= API_MAX_PER_SOURCE && oldest_mine ? oldest_mine
+                           : s->napi < API_MAX_CONNS ? httpd_slot_free(s->conns,
+                                                                       METRICS_MAX_CONNS)
+                                                     : oldest;
+    if (m && m->fd >= 0) {
+        STAT_INC(&s->stats.evicted);
+        mconn_close(m);
+    }
+    return m;
+}
+
+/* 1 if a new API connection can have a slot now (api_slot): one free, or an idle one. */
+static int api_slot_ready(struct metrics_server *s)
+{
+    if (s->napi < API_MAX_CONNS)
+        return httpd_slot_free(s->conns, METRICS_MAX_CONNS) != NULL;
+    int idle = 0;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++)
+        idle |= api_idle(s, &s->conns[i]);
+    return idle;
+}
+
 static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct metrics_server *s = io->data;
     int api = io == &s->alio;
     for (int i = 0; i < 16; i++) {
-        if (api && s->napi >= API_MAX_CONNS) {
+        if (api && !api_slot_ready(s)) {
             /* More API clients wait in the listen queue (calls are one at a time anyway);
-             * they are not refused, and a metrics flood cannot push them out. */
+             * they are not refused, and a metrics flood cannot push them out. A slot that
+             * frees restarts it (mconn_close); every slot busy: tried again in a moment. */
             ev_io_stop(loop, &s->alio);
-            return;
-        }
-        if (api && !httpd_slot_free(s->conns, METRICS_MAX_CONNS)) {
-            ev_io_stop(loop, &s->alio); /* every slot busy: try again in a moment */
-            ev_timer_start(loop, &s->retry);
+            if (s->napi < API_MAX_CONNS)
+                ev_timer_start(loop, &s->retry);
             return;
         }
         uint8_t src[16];
@@ -284,8 +350,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (fd < 0)
             return; /* EAGAIN, or a connection that went away */
-        struct httpd_conn *m =
-            api ? httpd_slot_free(s->conns, METRICS_MAX_CONNS) : slot_get(s, src);
+        struct httpd_conn *m = api ? api_slot(s, src) : slot_get(s, src);
         if (!m) {
             close(fd);
             STAT_INC(&s->stats.evicted);
@@ -293,7 +358,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         }
         m->pinned = api; /* API clients wait their turn: never evicted */
         s->napi += api;
-        httpd_conn_open(m, loop, fd, src, api ? API_READ_TIMEOUT : METRICS_READ_TIMEOUT);
+        httpd_conn_open(m, loop, fd, src, api ? API_HEADER_TIMEOUT : METRICS_READ_TIMEOUT);
     }
 }
 

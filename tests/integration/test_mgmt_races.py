@@ -6,6 +6,7 @@ import fcntl
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -262,3 +263,27 @@ def test_small_api_checks(procs, tmp_path):
         st, e = api("POST", "/users", {"name": name})
         assert st == 400 and e["field"] == "name", (name, e)
     assert api("POST", "/users", {"name": "a.b"})[0] == 201
+
+
+def test_idle_connections_do_not_hold_the_api(procs, tmp_path):
+    """Sixteen (and more) idle or half-sent connections to the API: a real call still answers
+    at once (the oldest idle one gives its slot), and idle ones go after API_HEADER_TIMEOUT."""
+    api = Api(procs, tmp_path)
+    idle = []
+    for i in range(24):
+        s = socket.create_connection(("127.0.0.1", api.port), timeout=T(5))
+        if i % 2:
+            s.sendall(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n")  # never finished
+        idle.append(s)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    st, h = api("GET", "/health", timeout=T(3))
+    assert st == 200 and h["status"] == "ok", h
+    assert time.monotonic() - t0 < T(2)
+    # the rest go by the header deadline (5 s), not after 30 s
+    s = socket.create_connection(("127.0.0.1", api.port), timeout=T(10))
+    t0 = time.monotonic()
+    assert s.recv(100) == b""
+    assert time.monotonic() - t0 < T(8)
+    for s in idle:
+        s.close()
