@@ -116,6 +116,9 @@ struct user_shared {
     shared64 used;               /* quota bytes used (loaded from / saved to the state file) */
     shared64 period;             /* start (unix s) of the quota period of used; 0 = lifetime
                                   * or not known yet (main thread only: users_quota_roll) */
+    shared64 epoch;              /* limits-store: the fleet epoch of used + 1, 0 = not known
+                                  * (kept in the state file: a store that lost its epoch is
+                                  * told from a reset made while this process was down) */
     shared64 tat[2];             /* rate: theoretical arrival time per direction, in us */
     _Atomic uint32_t last_log;   /* refusal log: the second of the last line (0 = never) */
     struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */

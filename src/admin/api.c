@@ -635,6 +635,16 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }
+    /* a new user starts from zero: usage a deleted user of the name left (a delete killed
+     * before its state save) goes first, on disk, before the user exists */
+    int32_t old = g->users ? users_find(g->users, name) : -1;
+    if (old >= 0 && shared64_load(&users_shared(g->users, (uint32_t)old)->used) &&
+        usage_forget(a, g->users, (uint32_t)old, name, g->opt.state_file, g->opt.lstore.on, err,
+                     sizeof err)) {
+        code = fail(o, 500, NULL, "the usage a former user '%s' left cannot be dropped: %s",
+                    name, err);
+        goto out;
+    }
     if (!(code = ufile_commit(a, path, &u, o)))
         code = user_answer(a, name, 201, 1, o);
 out:

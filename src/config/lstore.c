@@ -49,6 +49,7 @@ struct lu {
     uint8_t resetting;            /* ... and bumps its epoch */
     uint8_t live_written;         /* this instance's live hash holds it */
     uint8_t reseed;               /* the store lost counts: the next flush puts them back */
+    uint8_t epoch_known;          /* epoch is the store's (else: taken from the next reply) */
     uint64_t seed;                /* ... this many bytes (field "s", if the hash has none) */
 };
 
@@ -257,13 +258,20 @@ static void set_state(struct lstore *ls, int up, const char *why)
 static void fold_quota(struct lu *l, struct user_shared *s)
 {
     uint64_t fleet = l->fleet;
+    if (!l->epoch_known) { /* a new user, or a state file without it: the store's is taken */
+        l->epoch = l->new_epoch;
+        l->epoch_known = 1;
+    }
     if (l->new_epoch < l->epoch) { /* its epoch lost: put back first, the total after */
         l->reseed = 1;
         l->seed = 0;
         fleet = l->snap;
     } else if (l->new_epoch != l->epoch) { /* a reset (here or elsewhere) */
         l->epoch = l->new_epoch;
-        l->mine = 0;
+        if (!l->resetting) /* elsewhere: what was counted here was of the old epoch */
+            l->mine = 0;
+        else /* here: the bytes since the reset are ours in the new one (written next) */
+            fleet = fleet + l->mine < fleet ? UINT64_MAX : fleet + l->mine;
     } else if (fleet < l->snap) {
         l->reseed = 1;
         l->seed = l->snap - fleet;
@@ -275,6 +283,7 @@ static void fold_quota(struct lu *l, struct user_shared *s)
         nv = lstore_adjust(cur, l->snap, fleet, &stale);
     } while (!stale && !shared64_cas(&s->used, &cur, nv));
     l->base = stale ? 0 : fleet;
+    shared64_store(&s->epoch, l->epoch + 1); /* saved with the usage (the state file) */
 }
 
 static void flush_last(struct lstore *ls);
@@ -497,7 +506,8 @@ static void take_resets(struct lstore *ls)
 }
 
 /* User i's quota state brought to period (the one holding now): a new period starts over here
- * and in its count, an asked-for reset zeroes it. Returns its used bytes now. */
+ * and in its count; an asked-for reset starts its share over (who asked zeroed the local
+ * count). Returns its used bytes now. */
 static uint64_t quota_roll(struct lstore *ls, uint32_t i, int64_t period)
 {
     struct lu *l = &ls->lu[i];
@@ -510,13 +520,17 @@ static uint64_t quota_roll(struct lstore *ls, uint32_t i, int64_t period)
             used = 0;
             l->base = 0;
         }
+        /* at start: the epoch the state file saved with the usage (a store that lost its
+         * epoch, or a reset made while this process was down, are told apart by it); a
+         * new period's hash starts at 0 */
+        uint64_t saved = l->period == -1 ? shared64_load(&s->epoch) : 1;
+        l->epoch = saved ? saved - 1 : 0;
+        l->epoch_known = saved != 0;
         l->period = period;
         l->mine = 0;
-        l->epoch = 0;
     }
-    if (l->resetting) {
-        shared64_store(&s->used, 0);
-        used = 0;
+    if (l->resetting) { /* zeroed here by who asked (users_quota_reset): what it counted
+                         * since is this instance's share of the new epoch */
         l->base = 0;
         l->mine = 0;
     }
