@@ -16,7 +16,6 @@
 #include "proto/json.h"
 #include "proto/secret.h"
 #include "config/lstore.h"
-#include "http/httpd.h"
 #include "admin/metrics.h"
 #include "config/options.h"
 #include "config/prefix.h"
@@ -953,18 +952,5 @@ int api_serve(struct api *a, const struct http_request *rq, const char *body, si
     pthread_mutex_lock(&a->lock);
     int code = route(a, rq, body, blen, out);
     pthread_mutex_unlock(&a->lock);
-    return code;
-}
-
-int api_respond(struct api *a, struct httpd_conn *c, const struct http_request *rq,
-                const uint8_t *buf)
-{
-    struct sbuf out = {.max = METRICS_BODY_MAX};
-    int code = api_serve(a, rq, (const char *)buf + rq->consumed, rq->content_length, &out);
-    struct httpd_body *b = httpd_body_of(&out);
-    if (!b)
-        httpd_respond_text(c, 503, "out of memory\n", 0);
-    else
-        httpd_respond(c, code, "application/json", b, NULL, rq->method == HTTP_HEAD);
     return code;
 }
