@@ -14,6 +14,8 @@
 #define API_RELOAD_WAIT 60.0     /* seconds an API change waits for its reload */
 #define API_MAX_CONNS 16         /* API connections open at once; more wait in the backlog */
 #define API_MAX_PER_SOURCE 4     /* ... from one address: a 5th replaces its oldest idle one */
+#define API_IDLE_MIN 1.0         /* seconds a connection waits for its request before it counts
+                                  * as idle (a busy or slow client sends it late, not never) */
 /* seconds from accept for a whole request: an idle connection goes (a full API replaces its
  * oldest one still reading before that); a request that came while a reload held the thread
  * is still served */

@@ -349,12 +349,13 @@ static struct httpd_conn *slot_get(struct metrics_server *s, const uint8_t src[1
     return m;
 }
 
-/* 1 if c is an API connection still waiting for its request: not a whole one in its buffer
- * or its socket (one that came while a reload held this thread is read now and served by the
- * next loop turn; one whose client went away is closed). */
+/* 1 if c is an API connection still waiting for its request API_IDLE_MIN after its accept:
+ * not a whole one in its buffer or its socket (one that came unnoticed is read now and served
+ * by the next loop turn; one whose client went away is closed). */
 static int api_idle(struct metrics_server *s, struct httpd_conn *c)
 {
-    if (c->fd < 0 || !c->pinned || c->state != HTTPD_READ)
+    if (c->fd < 0 || !c->pinned || c->state != HTTPD_READ ||
+        ev_now(s->loop) - c->born < API_IDLE_MIN)
         return 0;
     struct http_request rq;
     const uint8_t *buf;
@@ -421,8 +422,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
              * they are not refused, and a metrics flood cannot push them out. A slot that
              * frees restarts it (mconn_close); every slot busy: tried again in a moment. */
             ev_io_stop(loop, &s->alio);
-            if (s->napi < API_MAX_CONNS)
-                ev_timer_start(loop, &s->retry);
+            ev_timer_start(loop, &s->retry); /* an idle one may be old enough then */
             return;
         }
         uint8_t src[16];

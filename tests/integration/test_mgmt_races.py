@@ -274,7 +274,8 @@ def test_small_api_checks(procs, tmp_path):
 
 def test_idle_connections_do_not_hold_the_api(procs, tmp_path):
     """Sixteen (and more) idle or half-sent connections to the API: a real call still answers
-    at once (the oldest idle one gives its slot), and idle ones go after API_HEADER_TIMEOUT."""
+    within about a second (the oldest idle one, idle for API_IDLE_MIN, gives its slot), and
+    idle ones go after API_HEADER_TIMEOUT."""
     api = Api(procs, tmp_path)
     idle = []
     for i in range(24):
@@ -284,9 +285,9 @@ def test_idle_connections_do_not_hold_the_api(procs, tmp_path):
         idle.append(s)
     time.sleep(0.2)
     t0 = time.monotonic()
-    st, h = api("GET", "/health", timeout=T(3))
+    st, h = api("GET", "/health", timeout=T(4))
     assert st == 200 and h["status"] == "ok", h
-    assert time.monotonic() - t0 < T(2)
+    assert time.monotonic() - t0 < T(3)
     # the rest go by the header deadline (5 s), not after 30 s
     s = socket.create_connection(("127.0.0.1", api.port), timeout=T(10))
     t0 = time.monotonic()
