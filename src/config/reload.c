@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/worker.h"
 #include "upstream/middle.h"
@@ -279,12 +280,15 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     if (r->config_path)
         config_load_file(p, r->config_path);
     config_load_args(p, r->argc, r->argv);
-    if (r->lock_wait_ms && r->lock_fd == -1) {
+    char lock[OPT_PATH_MAX + 8];
+    snprintf(lock, sizeof lock, "%s.lock", g->opt.state_file);
+    /* no lock file: nobody holds it, and a start that fails leaves none (preflight makes it) */
+    if (r->lock_wait_ms && r->lock_fd == -1 && access(lock, F_OK) == 0) {
         char le[CONFIG_ERR_LEN];
         r->lock_fd = statefile_lock_wait(g->opt.state_file, r->lock_wait_ms, r->lock_poll,
                                          r->lock_arg, le, sizeof le);
-        r->lock_wait_ms = 0; /* once */
     }
+    r->lock_wait_ms = 0; /* once */
     if (g->opt.users_file[0]) /* its lines are added to the config's (and the arguments') */
         options_load_users_file(&g->opt, g->opt.users_file, &p->errors);
     options_validate(p, &g->opt);
