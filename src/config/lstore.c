@@ -50,6 +50,7 @@ struct lu {
     uint8_t live_written;         /* this instance's live hash holds it */
     uint8_t reseed;               /* the store lost counts: the next flush puts them back */
     uint8_t epoch_known;          /* epoch is the store's (else: taken from the next reply) */
+    uint8_t folded;               /* a total of the store applied since this process started */
     uint64_t seed;                /* ... this many bytes (field "s", if the hash has none) */
 };
 
@@ -253,8 +254,8 @@ static void set_state(struct lstore *ls, int up, const char *why)
 /* The fleet total of a flush applied to user l's `used` (s). A total below what this
  * instance knew when it sent the flush (snap: the state file's usage at start, the last
  * total since), or an epoch older than its own, is a store that lost counts (emptied: a
- * restart without persistence, FLUSHALL, an empty replica): the larger is kept and the next
- * flush seeds the store with the difference (field "s", HSETNX: once for the fleet). */
+ * restart without persistence, FLUSHALL, an empty replica): the larger is kept; at start the
+ * next flush seeds the store with the difference (field "s", HSETNX: once for the fleet). */
 static void fold_quota(struct lu *l, struct user_shared *s)
 {
     uint64_t fleet = l->fleet;
@@ -273,10 +274,16 @@ static void fold_quota(struct lu *l, struct user_shared *s)
         else /* here: the bytes since the reset are ours in the new one (written next) */
             fleet = fleet + l->mine < fleet ? UINT64_MAX : fleet + l->mine;
     } else if (fleet < l->snap) {
-        l->reseed = 1;
-        l->seed = l->snap - fleet;
+        /* Seeded from this process's first total only (the state file's usage): later, a
+         * store emptied under running instances gets their absolute shares again at their
+         * next flushes (a seed then would count them twice); until then the larger stays. */
+        if (!l->folded) {
+            l->reseed = 1;
+            l->seed = l->snap - fleet;
+        }
         fleet = l->snap;
     }
+    l->folded = 1;
     uint64_t cur = shared64_load(&s->used), nv;
     int stale;
     do {
