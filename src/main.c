@@ -48,6 +48,7 @@
 /* A listen port or the state file's lock is held by another process (an old instance still
  * closing, another server): worth a retry (sysexits.h's EX_TEMPFAIL). */
 #define EXIT_BUSY 75
+#define STALE_TMP_SECONDS 60 /* a temporary file of ours this old at start is a killed write's */
 
 /* --help's width: the terminal's columns (at least 40), 80 when stdout is not a terminal. */
 static size_t help_width(FILE *f)
@@ -340,6 +341,7 @@ struct app {
     /* detach and run */
     char pidfile[OPT_PATH_MAX];
     struct state_saver saver;
+    int resets_asked;         /* the state file had quota-reset lines (offline reset-quota) */
     int ran;                  /* the run ended on SIGTERM/SIGINT: stop in order */
 };
 
@@ -400,6 +402,7 @@ static int app_configure(struct app *a)
     int run = !a->links_cmd && !a->doctor_cmd && !a->check_only && !a->rotate_name;
     a->rl.tool = a->links_cmd || a->doctor_cmd || a->rotate_name;
     if (run) {
+        a->rl.lock_wait_ms = STATEFILE_LOCK_WAIT_MS; /* users-file read under the lock */
         a->rl.users = &a->users;
         a->rl.start = &a->start;
         a->rl.reaper = &a->reaper;
@@ -441,7 +444,7 @@ static int app_check(struct app *a)
     int busy = 0;
     if (g) {
         startup_lookup_user(&a->user, g->opt.user);
-        startup_check(&g->opt, &a->user, a->check_only, &a->errs, &busy);
+        startup_check(&g->opt, &a->user, a->check_only, a->rl.lock_fd >= 0, &a->errs, &busy);
     }
     if (a->errs.count) {
         startup_print_errors(&a->errs);
@@ -507,9 +510,23 @@ static int app_preflight(struct app *a)
     }
     a->log_opened = 1;
     /* One mtproxy per state file: the lock is held for the life of the process. */
-    if ((a->lock_fd = statefile_lock(o->state_file, err, sizeof err)) < 0) {
+    a->lock_fd = a->rl.lock_fd; /* taken before users-file was read (app_configure) */
+    a->rl.lock_fd = -1;
+    if (a->lock_fd < 0 && (a->lock_fd = statefile_lock(o->state_file, err, sizeof err)) < 0) {
         log_error("%s", err);
         return a->lock_fd == -2 ? EXIT_BUSY : EXIT_CONFIG;
+    }
+    /* what a write killed midway left (kill -9, power loss): ours, no longer written */
+    char links[OPT_PATH_MAX + 8] = "";
+    if (!o->links_file[0])
+        snprintf(links, sizeof links, "%s.links", o->state_file);
+    else if (strcmp(o->links_file, "off"))
+        snprintf(links, sizeof links, "%s", o->links_file);
+    const char *const written[] = {o->state_file, links, o->users_file};
+    for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
+        int n = written[i][0] ? fs_remove_stale_tmp(written[i], STALE_TMP_SECONDS) : 0;
+        if (n)
+            log_info("removed %d stale temporary file%s of %s", n, n == 1 ? "" : "s", written[i]);
     }
     if (a->start.secret_drawn) {
         if (options_save_state(&o->secrets[0], o->state_file, err, sizeof err)) {
@@ -731,6 +748,14 @@ static int app_start(struct app *a)
         log_error("%s", lerr);
         return 1;
     }
+    for (uint32_t id = 0; id < users_count(&a->users); id++) { /* offline reset-quota */
+        struct user_shared *us = users_shared(&a->users, id);
+        if (us->reset_asked && a->lstore && lstore_reset_quota(a->lstore, users_name(&a->users, id)))
+            log_warn("out of memory: the fleet's quota count of %s was not reset",
+                     users_name(&a->users, id));
+        a->resets_asked |= us->reset_asked;
+        us->reset_asked = 0;
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 0; i < a->nworkers; i++) {
         if (ncpu > 1) /* one CPU: spinning would only delay whoever sends the reply */
@@ -758,6 +783,10 @@ static int app_start(struct app *a)
     a->saver.users = &a->users;
     size_t last_cap = 0;
     users_state_format(&a->users, &a->saver.last, &last_cap);
+    if (a->resets_asked) { /* the state file's quota-reset lines go with the next save */
+        free(a->saver.last);
+        a->saver.last = NULL;
+    }
     return APP_ON;
 }
 

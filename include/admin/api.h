@@ -13,7 +13,13 @@
 #define API_BODY_MAX (64u << 10) /* request body bytes */
 #define API_RELOAD_WAIT 60.0     /* seconds an API change waits for its reload */
 #define API_MAX_CONNS 16         /* API connections open at once; more wait in the backlog */
-#define API_READ_TIMEOUT 30.0    /* seconds for a whole request (calls queue behind reloads) */
+#define API_MAX_PER_SOURCE 4     /* ... from one address: a 5th replaces its oldest idle one */
+#define API_IDLE_MIN 1.0         /* seconds a connection waits for its request before it counts
+                                  * as idle (a busy or slow client sends it late, not never) */
+/* seconds from accept for a whole request: an idle connection goes (a full API replaces its
+ * oldest one still reading before that); a request that came while a reload held the thread
+ * is still served */
+#define API_HEADER_TIMEOUT 5.0
 
 struct gen;
 
@@ -54,17 +60,10 @@ struct api *api_new_offline(api_gen_fn current, api_reload_fn reload, void *arg)
 void api_free(struct api *a);
 
 /* Serves one request (rq, its body[0..blen)) and writes the JSON answer to out. Blocks while
- * a change is written and reloaded. Returns the HTTP status. */
+ * a change is written and reloaded (the metrics server calls it on a thread of its own, so
+ * that scrapes go on). Returns the HTTP status. */
 int api_serve(struct api *a, const struct http_request *rq, const char *body, size_t blen,
               struct sbuf *out);
-
-struct httpd_conn;
-
-/* Serves one request (rq) that c read (buf: its bytes, the body after rq->consumed) and sets
- * c's response: the JSON answer (503 if out of memory). Blocks as api_serve. Returns
- * api_serve's HTTP status. */
-int api_respond(struct api *a, struct httpd_conn *c, const struct http_request *rq,
-                const uint8_t *buf);
 
 /* Appends s as a JSON string (quoted, escaped) to o (o->failed on out of memory). */
 void api_json_str(struct sbuf *o, const char *s);

@@ -3,6 +3,7 @@
 #define MTPROXY_PROXY_USERSFILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/sbuf.h"
 #include "proto/secret.h"
@@ -49,6 +50,12 @@ int usersfile_render(const struct usersfile *u, struct sbuf *b);
 /* Drops the NAME.prev users (a rotation's grace) whose expires= has passed. */
 void usersfile_prune(struct usersfile *u);
 
+/* NAME.prev (the old secret of a rotation with a grace) is NAME under its old secret: its
+ * limit line becomes NAME's fields with expires= the grace's end until (0: the one its line
+ * has), or NAME's own expires= if that is earlier. Nothing without a NAME.prev (or when its
+ * line has no expires=: a hand edit). Returns 0, or -1 (out of memory, line too long). */
+int usersfile_sync_prev(struct usersfile *u, const char *name, int64_t until);
+
 /* Sets r's limit line's value to lim ("": none). Returns 0, or -1 (out of memory). */
 int usersfile_set_limit(struct usersfile_rec *r, const char *lim);
 
@@ -60,7 +67,7 @@ enum { USERSFILE_INVALID = -1, USERSFILE_TOO_BIG = -2, USERSFILE_WRITE_FAILED = 
 
 /* Drops lapsed NAME.prev users, renders u, checks the new text with the reload's parser and
  * writes it to path atomically (temporary file, fsync, rename, fsync of the directory; mode
- * 0600). Returns 0, or USERSFILE_INVALID (err "PATH:LINE: ...", key: that line's key),
+ * 0600; a symbolic link is written through: its target is replaced, the link stays). Returns 0, or USERSFILE_INVALID (err "PATH:LINE: ...", key: that line's key),
  * USERSFILE_TOO_BIG or USERSFILE_WRITE_FAILED (err; the old file is untouched). */
 int usersfile_write(const char *path, struct usersfile *u, char *err, size_t errlen, char *key,
                     size_t keylen);
@@ -71,8 +78,10 @@ int usersfile_restore(const char *path, const struct usersfile *u, char *err, si
 
 /* The state file with the daemon stopped: drops user name's `quota-used` line (its usage
  * starts over at the next start), rewriting path atomically if there was one (*found = 1).
- * A missing file is no error. Returns 0, or -1 with err. */
-int usersfile_state_drop_quota(const char *path, const char *name, int *found, char *err,
-                               size_t errlen);
+ * fleet (limits-store is on): a line `quota-reset = NAME` is added (the file made if there is
+ * none): the next start resets the fleet's count too (lstore_reset_quota). A missing file is
+ * no error. Returns 0, or -1 with err. */
+int usersfile_state_drop_quota(const char *path, const char *name, int fleet, int *found,
+                               char *err, size_t errlen);
 
 #endif

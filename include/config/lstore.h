@@ -49,9 +49,14 @@ struct redisReply;
 long lstore_parse_pairs(const struct redisReply *r, struct lstore_kv **kv);
 #endif
 
+/* More bytes than one user can have moved (64 PiB: 100 Gbit/s for 66 days): a share or a fleet
+ * total above it is a store's garbage, not a count. */
+#define LSTORE_BYTES_MAX (1ULL << 56)
+
 /* The fleet total of a quota hash's n pairs: the epoch (field "e", 0 if none) into *epoch,
- * the sum of the shares written under that epoch returned (saturating; malformed values are
- * skipped and counted in *bad if not NULL). */
+ * the sum of the shares written under that epoch returned (malformed values and shares above
+ * LSTORE_BYTES_MAX are skipped and counted in *bad if not NULL); UINT64_MAX if the sum is
+ * above LSTORE_BYTES_MAX (the reply is refused: the local count stands). */
 uint64_t lstore_quota_total(const struct lstore_kv *kv, size_t n, uint64_t *epoch, size_t *bad);
 
 /* Local bytes not yet shared: used now (snap) minus what was accounted (base); a local reset

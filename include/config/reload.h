@@ -105,6 +105,13 @@ struct reload {
     struct gen_reaper *reaper; /* NULL, or where the generations it builds are freed */
     int nrestart;            /* the last reload's changed keys that need a restart: how many, */
     char restart_keys[512];  /* and their names (reload_restart_keys) */
+    /* lock_wait_ms > 0: the next build takes STATE-FILE.lock, if that file exists (a start
+     * that fails must leave none), before it reads users-file (statefile_lock_wait: a
+     * `mtproxy user` change made with the proxy stopped is waited for, lock_poll as there)
+     * into lock_fd (-1 none yet or no lock file, -2 held) */
+    int lock_wait_ms, lock_fd;
+    int (*lock_poll)(void *);
+    void *lock_arg;
 };
 
 void reload_init(struct reload *r, struct users *users, const char *config_path, int argc,

@@ -27,9 +27,10 @@ int startup_drop_privileges(const struct run_user *u);
 /* Everything that start-up would fail on after the config o parsed (u: its `user` looked up),
  * added to e: checked before anything is written (and by --check-config). busy counts the
  * errors that are a port or the state file's lock held by another process; with check_only
- * those are warnings on stderr instead (the proxy checked may be the one running). */
+ * those are warnings on stderr instead (the proxy checked may be the one running); locked:
+ * this process holds the lock already (not checked). */
 void startup_check(const struct options *o, const struct run_user *u, int check_only,
-                   struct config_errors *e, int *busy);
+                   int locked, struct config_errors *e, int *busy);
 
 /* Prints every configuration error of e (stderr) and then their count. */
 void startup_print_errors(const struct config_errors *e);

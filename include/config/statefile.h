@@ -10,6 +10,7 @@ struct users;
 struct gen;
 
 #define STATEFILE_SAVE_SECONDS 5
+#define STATEFILE_LOCK_WAIT_MS 10000 /* an offline `mtproxy user` change, waited for */
 
 /* The state file: the generated secret (if the config has none) and the quota each user has
  * used, rewritten atomically (fs_write_atomic: a crash or a full disk leaves the old file)
@@ -30,6 +31,15 @@ int statefile_save(struct state_saver *sv, const struct gen *g, int final);
  * on the same state file is refused. Returns the descriptor, or -1 with err (-2: the lock is
  * held by another process). */
 int statefile_lock(const char *state_file, char *err, size_t errlen);
+
+/* statefile_lock, but a holder that is not a running mtproxy (the lock file names no live
+ * process: `mtproxy user` changing users-file or the state file with the proxy stopped, or a
+ * proxy still reading its configuration) is waited for, up to wait_ms (poll, if not NULL, is
+ * asked every 20 ms and ends the wait when it returns nonzero). The lock file is emptied (the
+ * proxy names itself in it later: statefile_note_pid). Returns the descriptor, -2 if the
+ * lock stays held, -1 with err if it cannot be opened. */
+int statefile_lock_wait(const char *state_file, int wait_ms, int (*poll)(void *), void *arg,
+                        char *err, size_t errlen);
 
 /* The lock file names the process that holds it (`mtproxy doctor` tells this proxy's ports
  * from another program's by it): written once the pid is final (after daemonize). */

@@ -14,4 +14,10 @@
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode, uid_t owner,
                     char *err, size_t errlen);
 
+/* Removes the temporary files fs_write_atomic left for path when it was killed mid-write
+ * (.BASE.XXXXXXXX.tmp in path's directory: regular files of this user, last changed at least
+ * older_than_s seconds ago, so a write in progress elsewhere is not touched). Returns how
+ * many went. */
+int fs_remove_stale_tmp(const char *path, int older_than_s);
+
 #endif

@@ -116,6 +116,9 @@ struct user_shared {
     shared64 used;               /* quota bytes used (loaded from / saved to the state file) */
     shared64 period;             /* start (unix s) of the quota period of used; 0 = lifetime
                                   * or not known yet (main thread only: users_quota_roll) */
+    shared64 epoch;              /* limits-store: the fleet epoch of used + 1, 0 = not known
+                                  * (kept in the state file: a store that lost its epoch is
+                                  * told from a reset made while this process was down) */
     shared64 tat[2];             /* rate: theoretical arrival time per direction, in us */
     _Atomic uint32_t last_log;   /* refusal log: the second of the last line (0 = never) */
     struct user_ips *_Atomic ips; /* recent addresses (ips limit), NULL until needed */
@@ -123,6 +126,9 @@ struct user_shared {
      * recent addresses (counted against ips), as of the last flush; 0 without the store */
     _Atomic uint32_t fleet_conns;
     _Atomic uint32_t fleet_ips;
+    /* `quota-reset = NAME` in the state file (an offline reset-quota): the fleet's count is
+     * reset at start too (main thread only) */
+    uint8_t reset_asked;
 };
 
 struct users {

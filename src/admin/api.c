@@ -11,11 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "crypto/crypto.h"
 #include "proto/json.h"
 #include "proto/secret.h"
 #include "config/lstore.h"
-#include "http/httpd.h"
 #include "admin/metrics.h"
 #include "config/options.h"
 #include "config/prefix.h"
@@ -177,6 +177,24 @@ static int state_save_now(struct api *a, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+/* User uid's (name's) quota usage starts over: here, in the fleet (limits-store) and in the
+ * state file (offline: its line dropped; running: saved before the answer). Returns 0, or -1
+ * with err. */
+static int usage_forget(struct api *a, struct users *users, uint32_t uid, const char *name,
+                        const char *state_file, int fleet, char *err, size_t errlen)
+{
+    users_quota_reset(users, uid);
+    /* limits-store: every instance's share of the period stops counting (its next flush) */
+    if (users->fleet && lstore_reset_quota(users->fleet, name)) {
+        snprintf(err, errlen, "out of memory: the fleet's count of '%s' was not reset", name);
+        return -1;
+    }
+    int found;
+    if (a->reload) /* the daemon is stopped: its state file is the usage */
+        return usersfile_state_drop_quota(state_file, name, fleet, &found, err, errlen);
+    return state_save_now(a, err, errlen); /* on disk before the answer */
 }
 
 /* Writes u to path (usersfile_write) and reloads; on a refused reload the old text goes
@@ -418,10 +436,17 @@ static int limit_line(const char *name, const char *old, const struct json_obj *
         if (!plain_word(f->key) || strlen(f->key) >= sizeof keys[0])
             return fail(o, 400, field, "unknown limit '%s'", f->key);
         if (f->type == JSON_NUMBER && !strcmp(f->key, "expires")) {
-            time_t t = (time_t)strtoll(f->val, NULL, 10);
+            /* digits only: 2e9 or 1.5 are not read as something else; 0 is not "never"
+             * (null removes the limit) */
+            char *end;
+            errno = 0;
+            long long secs = strtoll(f->val, &end, 10);
+            time_t t = (time_t)secs;
             struct tm tm;
-            if (f->val[0] == '-' || strchr(f->val, '.') || !gmtime_r(&t, &tm))
-                return fail(o, 400, field, "expires must be a unix time or YYYY-MM-DD");
+            if (f->val[strspn(f->val, "0123456789")] || errno || secs < 1 ||
+                secs > 253402300799LL || !gmtime_r(&t, &tm))
+                return fail(o, 400, field, "expires must be a unix time (whole seconds, 1 to "
+                            "253402300799), a date YYYY-MM-DD[THH:MM:SSZ], or null (none)");
             strftime(v, sizeof v, "%Y-%m-%dT%H:%M:%SZ", &tm);
         } else if (f->type != JSON_NULL && strlen(f->val) > 80) {
             return fail(o, 400, field, "%s is too long", field);
@@ -539,8 +564,8 @@ static int secret_text(const char *name, const char *kind, const char *domain, c
     struct secret s;
     char err[CONFIG_ERR_LEN];
     if (secret_parse_named(out, &s, err, sizeof err))
-        return fail(o, 400, strstr(err, "name") ? "name" : *dhex ? "domain" : "secret", "%s",
-                    err);
+        return fail(o, 400, !strncmp(err, "secret name", 11) ? "name" : *dhex ? "domain" : "secret",
+                    "%s", err);
     if (options_documented_secret(&s))
         return fail(o, 400, "secret", "this key is shown in mtproxy's documentation: pick another");
     return 0;
@@ -581,6 +606,10 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
         code = fail(o, 400, "name", "name is required");
         goto out;
     }
+    if (!name[strspn(name, ".")]) { /* "..": a URL path segment clients resolve away */
+        code = fail(o, 400, "name", "a name of dots only cannot be used in a URL (/users/NAME)");
+        goto out;
+    }
     if (strlen(name) > 5 && !strcmp(name + strlen(name) - 5, ".prev")) {
         code = fail(o, 400, "name", "names ending in .prev are kept for the previous secret "
                     "of a user rotated with a grace");
@@ -603,6 +632,16 @@ static int user_create(struct api *a, const char *body, size_t blen, struct sbuf
     struct usersfile_rec *rec = usersfile_rec(&u, name, strlen(name));
     if (!rec || !(rec->secret = strdup(st)) || usersfile_set_limit(rec, lim)) {
         code = fail(o, 500, NULL, "out of memory");
+        goto out;
+    }
+    /* a new user starts from zero: usage a deleted user of the name left (a delete killed
+     * before its state save) goes first, on disk, before the user exists */
+    int32_t old = g->users ? users_find(g->users, name) : -1;
+    if (old >= 0 && shared64_load(&users_shared(g->users, (uint32_t)old)->used) &&
+        usage_forget(a, g->users, (uint32_t)old, name, g->opt.state_file, g->opt.lstore.on, err,
+                     sizeof err)) {
+        code = fail(o, 500, NULL, "the usage a former user '%s' left cannot be dropped: %s",
+                    name, err);
         goto out;
     }
     if (!(code = ufile_commit(a, path, &u, o)))
@@ -649,7 +688,7 @@ static int user_patch(struct api *a, const char *name, const char *body, size_t 
     if ((code = limit_line(name, u.r[r].limit, j, l && l->type == JSON_OBJECT ? l : NULL, lim,
                            sizeof lim, o)))
         goto out;
-    if (usersfile_set_limit(&u.r[r], lim)) {
+    if (usersfile_set_limit(&u.r[r], lim) || usersfile_sync_prev(&u, name, 0)) {
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }
@@ -669,7 +708,13 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
     const char *path = users_file(g, o, &code);
     if (code || (code = user_of_file(g, path, name, &u, &r, o)))
         goto out;
-    char prev[SECRET_NAME_MAX + 8];
+    /* its usage goes with it (a user made again with the name starts from zero) */
+    int si = options_find_secret(&g->opt, name);
+    struct users *users = g->users;
+    uint32_t uid = si >= 0 && g->uid ? g->uid[si] : UINT32_MAX;
+    char prev[SECRET_NAME_MAX + 8], state_file[OPT_PATH_MAX], err[CONFIG_ERR_LEN];
+    int fleet = g->opt.lstore.on;
+    snprintf(state_file, sizeof state_file, "%s", g->opt.state_file);
     snprintf(prev, sizeof prev, "%s.prev", name);
     for (int k = 0; k < 2; k++) { /* the user, and its previous secret still in its grace */
         if ((r = usersfile_find(&u, k ? prev : name)) < 0)
@@ -679,6 +724,9 @@ static int user_delete(struct api *a, const char *name, struct sbuf *o)
         u.r[r] = u.r[--u.n];
     }
     if (!(code = ufile_commit(a, path, &u, o))) {
+        if (users && uid != UINT32_MAX &&
+            usage_forget(a, users, uid, name, state_file, fleet, err, sizeof err))
+            log_warn("API: user %s deleted, but its quota usage is kept: %s", name, err);
         o->len = 0;
         sbuf_printf(o, "{\"deleted\":");
         api_json_str(o, name);
@@ -691,15 +739,15 @@ out:
     return code;
 }
 
-/* The previous secret of name, kept for grace seconds after a rotation: user NAME.prev (its
- * own counters) with a limit line expires=now+grace, which the proxy enforces by itself (no
- * timer; the line is dropped by a later change once past, see ufile_prune). Returns 0, or the
- * HTTP status of the error written to o. */
+/* The previous secret of name, kept for grace seconds after a rotation: user NAME.prev, the
+ * same user under its old secret (its bytes count against NAME's quota: gen_map_users) with
+ * NAME's limits and expires=now+grace (usersfile_sync_prev), which the proxy enforces by
+ * itself (no timer; the line is dropped by a later change once past, see ufile_prune).
+ * Returns 0, or the HTTP status of the error written to o. */
 static int keep_previous(const struct gen *g, struct usersfile *u, const char *name,
                          const struct secret *old, long long grace, struct sbuf *o)
 {
-    char prev[SECRET_NAME_MAX + 8], hex[SECRET_HEX_MAX], st[sizeof prev + SECRET_HEX_MAX + 2],
-        lim[sizeof prev + 64];
+    char prev[SECRET_NAME_MAX + 8], hex[SECRET_HEX_MAX], st[sizeof prev + SECRET_HEX_MAX + 2];
     snprintf(prev, sizeof prev, "%s.prev", name);
     if (strlen(prev) >= SECRET_NAME_MAX)
         return fail(o, 400, "grace_seconds", "a grace needs the name NAME.prev for the old "
@@ -708,22 +756,18 @@ static int keep_previous(const struct gen *g, struct usersfile *u, const char *n
     if ((r < 0 || !u->r[r].secret) && options_find_secret(&g->opt, prev) >= 0)
         return fail(o, 409, "grace_seconds", "a grace needs the name '%s' for the old secret, "
                     "and a user of the config file has it", prev);
-    time_t until = time(NULL) + (time_t)grace;
-    struct tm tm;
-    char when[32];
-    gmtime_r(&until, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     secret_to_hex(old, hex, sizeof hex);
     snprintf(st, sizeof st, "%s:%s", prev, hex);
-    snprintf(lim, sizeof lim, "%s expires=%s", prev, when);
     struct usersfile_rec *rec = usersfile_rec(u, prev, strlen(prev));
     char *sc = strdup(st);
-    if (!rec || !sc || usersfile_set_limit(rec, lim)) {
+    if (!rec || !sc) {
         free(sc);
         return fail(o, 500, NULL, "out of memory");
     }
     free(rec->secret);
     rec->secret = sc;
+    if (usersfile_sync_prev(u, name, (int64_t)time(NULL) + grace))
+        return fail(o, 400, "grace_seconds", "the limit line of '%s' is too long", prev);
     return 0;
 }
 
@@ -793,7 +837,7 @@ static int user_disable(struct api *a, const char *name, int on, struct sbuf *o)
     const char *path = users_file(g, o, &code);
     if (code || (code = user_of_file(g, path, name, &u, &r, o)))
         goto out;
-    if (usersfile_set_word(&u.r[r], "disabled", on)) {
+    if (usersfile_set_word(&u.r[r], "disabled", on) || usersfile_sync_prev(&u, name, 0)) {
         code = fail(o, 500, NULL, "out of memory");
         goto out;
     }
@@ -804,9 +848,8 @@ out:
     return code;
 }
 
-/* reset-quota: the user's quota usage starts over (users_quota_reset); offline, its state
- * file line goes too. Users of the config file may be reset as well (nothing is written to
- * a config). */
+/* reset-quota: the user's quota usage starts over (usage_forget). Users of the config file
+ * may be reset as well (nothing is written to a config). */
 static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
 {
     const struct gen *g = a->current(a->arg);
@@ -815,19 +858,11 @@ static int user_reset_quota(struct api *a, const char *name, struct sbuf *o)
         return fail(o, 404, NULL, "no user '%s'", name);
     if (!g->users || !g->uid)
         return fail(o, 500, NULL, "no users registry");
-    users_quota_reset(g->users, g->uid[i]);
-    /* limits-store: every instance's share of the period stops counting (its next flush) */
-    if (g->users->fleet && lstore_reset_quota(g->users->fleet, name))
-        return fail(o, 500, NULL, "out of memory: the fleet's count of '%s' was not reset", name);
     char err[CONFIG_ERR_LEN];
-    if (a->reload) { /* the daemon is stopped: its state file is the usage */
-        int found;
-        if (usersfile_state_drop_quota(g->opt.state_file, name, &found, err, sizeof err))
-            return fail(o, 500, NULL, "cannot rewrite the state file: %s", err);
-    } else if (state_save_now(a, err, sizeof err)) { /* on disk before the answer */
+    if (usage_forget(a, g->users, g->uid[i], name, g->opt.state_file, g->opt.lstore.on, err,
+                     sizeof err))
         return fail(o, 500, NULL, "quota reset, but a restart would bring the usage back: %s",
                     err);
-    }
     return user_answer(a, name, 200, 0, o);
 }
 
@@ -917,18 +952,5 @@ int api_serve(struct api *a, const struct http_request *rq, const char *body, si
     pthread_mutex_lock(&a->lock);
     int code = route(a, rq, body, blen, out);
     pthread_mutex_unlock(&a->lock);
-    return code;
-}
-
-int api_respond(struct api *a, struct httpd_conn *c, const struct http_request *rq,
-                const uint8_t *buf)
-{
-    struct sbuf out = {.max = METRICS_BODY_MAX};
-    int code = api_serve(a, rq, (const char *)buf + rq->consumed, rq->content_length, &out);
-    struct httpd_body *b = httpd_body_of(&out);
-    if (!b)
-        httpd_respond_text(c, 503, "out of memory\n", 0);
-    else
-        httpd_respond(c, code, "application/json", b, NULL, rq->method == HTTP_HEAD);
     return code;
 }

@@ -73,6 +73,18 @@ int metrics_shared_init(struct metrics_shared *ms, const struct options *opt,
 
 enum { MB_METRICS, MB_STATS, MB_COUNT };
 
+/* An API call of one connection slot, served on the API's thread (a change waits there for
+ * its reload; the server's thread goes on serving scrapes). */
+enum { JOB_NONE = 0, JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+struct api_job {
+    int state;               /* under api_mu */
+    unsigned long seq;       /* FIFO order */
+    struct http_request rq;
+    const uint8_t *body;     /* in its connection's buffer (untouched until answered) */
+    int code;
+    struct sbuf out;
+};
+
 struct metrics_server {
     struct metrics_shared *ms;
     int lfd;                /* -1: only the API */
@@ -94,6 +106,16 @@ struct metrics_server {
     struct metrics_page page;       /* the status page, its users' rows, the history */
     struct metrics_stats stats;
     struct httpd_conn conns[METRICS_MAX_CONNS];
+    /* the API's thread and its calls */
+    pthread_t api_thread;
+    int api_started, api_stop;    /* api_stop under api_mu */
+    pthread_mutex_t api_mu;
+    pthread_cond_t api_cv;
+    unsigned long api_seq;
+    ev_async api_done;            /* a call answered */
+    struct api_job jobs[METRICS_MAX_CONNS];
+    struct gen *_Atomic api_next_gen; /* posted by main, one reference */
+    struct gen *api_gen;              /* the API thread's, one reference */
 };
 
 /* The connections' timeouts and caps. */
@@ -209,9 +231,16 @@ static void mconn_read(struct httpd_conn *m)
         char msg[160];
         snprintf(msg, sizeof msg, "%s\n", rq.why);
         httpd_respond_text(m, rq.code, msg, 0);
-    } else if (m->pinned) { /* an API request: api.c answers */
-        if (api_respond(s->api, m, &rq, buf) == 401)
-            STAT_INC(&s->stats.unauthorized);
+    } else if (m->pinned) { /* an API request: the API's thread answers (on_api_done) */
+        struct api_job *j = &s->jobs[m - s->conns];
+        ev_io_stop(s->loop, &m->io);
+        ev_timer_stop(s->loop, &m->timer);
+        m->state = HTTPD_WRITE; /* not idle, never taken for another connection */
+        pthread_mutex_lock(&s->api_mu);
+        *j = (struct api_job){JOB_QUEUED, ++s->api_seq, rq, buf + rq.consumed, 0, {0}};
+        pthread_cond_signal(&s->api_cv);
+        pthread_mutex_unlock(&s->api_mu);
+        return;
     } else {
         serve(m, &rq);
     }
@@ -238,9 +267,72 @@ static void on_mconn_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct httpd_conn *m = t->data;
     struct metrics_server *s = m->owner;
+    if (m->pinned && m->state == HTTPD_READ) {
+        /* its request may have come while a reload held this thread: served if whole */
+        mconn_read(m);
+        if (m->fd < 0 || m->state != HTTPD_READ)
+            return;
+    }
     if (m->state != HTTPD_LINGER)
         STAT_INC(&s->stats.timeouts);
     mconn_close(m);
+}
+
+/* The API's thread: the queued calls, oldest first, one at a time. */
+static void *api_thread_main(void *arg)
+{
+    struct metrics_server *s = arg;
+    worker_thread_idle("api");
+    pthread_mutex_lock(&s->api_mu);
+    for (;;) {
+        struct api_job *j = NULL;
+        for (int i = 0; i < METRICS_MAX_CONNS; i++)
+            if (s->jobs[i].state == JOB_QUEUED && (!j || s->jobs[i].seq < j->seq))
+                j = &s->jobs[i];
+        if (!j && s->api_stop)
+            break;
+        if (!j) {
+            pthread_cond_wait(&s->api_cv, &s->api_mu);
+            continue;
+        }
+        j->state = JOB_RUNNING;
+        pthread_mutex_unlock(&s->api_mu);
+        struct sbuf out = {.max = METRICS_BODY_MAX};
+        int code = api_serve(s->api, &j->rq, (const char *)j->body, j->rq.content_length, &out);
+        pthread_mutex_lock(&s->api_mu);
+        j->code = code;
+        j->out = out;
+        j->state = JOB_DONE;
+        ev_async_send(s->loop, &s->api_done);
+    }
+    pthread_mutex_unlock(&s->api_mu);
+    return NULL;
+}
+
+/* Answered API calls go out (the server's thread). */
+static void on_api_done(struct ev_loop *loop, ev_async *a, int revents)
+{
+    struct metrics_server *s = a->data;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+        pthread_mutex_lock(&s->api_mu);
+        struct api_job j = s->jobs[i];
+        if (j.state == JOB_DONE)
+            s->jobs[i].state = JOB_NONE;
+        pthread_mutex_unlock(&s->api_mu);
+        if (j.state != JOB_DONE)
+            continue;
+        struct httpd_conn *m = &s->conns[i];
+        struct httpd_body *b = httpd_body_of(&j.out);
+        if (!b)
+            httpd_respond_text(m, 503, "out of memory\n", 0);
+        else
+            httpd_respond(m, j.code, "application/json", b, NULL, j.rq.method == HTTP_HEAD);
+        if (j.code == 401)
+            STAT_INC(&s->stats.unauthorized);
+        STAT_INC(&s->stats.requests);
+        if (httpd_conn_send(m, &metrics_limits))
+            mconn_close(m);
+    }
 }
 
 /* A slot for a new connection from src (httpd_slot_get's), its connection closed if open, or
@@ -257,20 +349,80 @@ static struct httpd_conn *slot_get(struct metrics_server *s, const uint8_t src[1
     return m;
 }
 
+/* 1 if c is an API connection still waiting for its request API_IDLE_MIN after its accept:
+ * not a whole one in its buffer or its socket (one that came unnoticed is read now and served
+ * by the next loop turn; one whose client went away is closed). */
+static int api_idle(struct metrics_server *s, struct httpd_conn *c)
+{
+    if (c->fd < 0 || !c->pinned || c->state != HTTPD_READ ||
+        ev_now(s->loop) - c->born < API_IDLE_MIN)
+        return 0;
+    struct http_request rq;
+    const uint8_t *buf;
+    int st = httpd_conn_read(c, METRICS_MAX_HEADERS, API_BODY_MAX, &rq, &buf);
+    if (st == HTTPD_CLOSE) {
+        mconn_close(c);
+        return 0;
+    }
+    if (st != HTTP_NEED_MORE) {
+        ev_feed_event(s->loop, &c->io, EV_READ);
+        return 0;
+    }
+    return 1;
+}
+
+/* The slot of an API connection from src: the oldest idle API connection (api_idle) of a
+ * source with API_MAX_PER_SOURCE of them, else a free slot while fewer than API_MAX_CONNS are
+ * open, else the oldest idle one of any source (an idle connection cannot hold the API; a
+ * client sends its request at once); a taken slot is closed here. NULL: none. */
+static struct httpd_conn *api_slot(struct metrics_server *s, const uint8_t src[16])
+{
+    struct httpd_conn *oldest = NULL, *oldest_mine = NULL;
+    int mine = 0;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+        struct httpd_conn *c = &s->conns[i];
+        int same = c->fd >= 0 && c->pinned && !memcmp(c->src, src, 16);
+        mine += same;
+        if (!api_idle(s, c))
+            continue;
+        if (!oldest || c->born < oldest->born)
+            oldest = c;
+        if (same && (!oldest_mine || c->born < oldest_mine->born))
+            oldest_mine = c;
+    }
+    struct httpd_conn *m = mine >= API_MAX_PER_SOURCE && oldest_mine ? oldest_mine
+                           : s->napi < API_MAX_CONNS ? httpd_slot_free(s->conns,
+                                                                       METRICS_MAX_CONNS)
+                                                     : oldest;
+    if (m && m->fd >= 0) {
+        STAT_INC(&s->stats.evicted);
+        mconn_close(m);
+    }
+    return m;
+}
+
+/* 1 if a new API connection can have a slot now (api_slot): one free, or an idle one. */
+static int api_slot_ready(struct metrics_server *s)
+{
+    if (s->napi < API_MAX_CONNS)
+        return httpd_slot_free(s->conns, METRICS_MAX_CONNS) != NULL;
+    int idle = 0;
+    for (int i = 0; i < METRICS_MAX_CONNS; i++)
+        idle |= api_idle(s, &s->conns[i]);
+    return idle;
+}
+
 static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct metrics_server *s = io->data;
     int api = io == &s->alio;
     for (int i = 0; i < 16; i++) {
-        if (api && s->napi >= API_MAX_CONNS) {
+        if (api && !api_slot_ready(s)) {
             /* More API clients wait in the listen queue (calls are one at a time anyway);
-             * they are not refused, and a metrics flood cannot push them out. */
+             * they are not refused, and a metrics flood cannot push them out. A slot that
+             * frees restarts it (mconn_close); every slot busy: tried again in a moment. */
             ev_io_stop(loop, &s->alio);
-            return;
-        }
-        if (api && !httpd_slot_free(s->conns, METRICS_MAX_CONNS)) {
-            ev_io_stop(loop, &s->alio); /* every slot busy: try again in a moment */
-            ev_timer_start(loop, &s->retry);
+            ev_timer_start(loop, &s->retry); /* an idle one may be old enough then */
             return;
         }
         uint8_t src[16];
@@ -284,8 +436,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (fd < 0)
             return; /* EAGAIN, or a connection that went away */
-        struct httpd_conn *m =
-            api ? httpd_slot_free(s->conns, METRICS_MAX_CONNS) : slot_get(s, src);
+        struct httpd_conn *m = api ? api_slot(s, src) : slot_get(s, src);
         if (!m) {
             close(fd);
             STAT_INC(&s->stats.evicted);
@@ -293,7 +444,7 @@ static void on_metrics_accept(struct ev_loop *loop, ev_io *io, int revents)
         }
         m->pinned = api; /* API clients wait their turn: never evicted */
         s->napi += api;
-        httpd_conn_open(m, loop, fd, src, api ? API_READ_TIMEOUT : METRICS_READ_TIMEOUT);
+        httpd_conn_open(m, loop, fd, src, api ? API_HEADER_TIMEOUT : METRICS_READ_TIMEOUT);
     }
 }
 
@@ -345,6 +496,10 @@ struct metrics_server *metrics_server_new(struct metrics_shared *ms, struct gen 
     s->wake.data = s;
     ev_timer_init(&s->hist_timer, on_hist_timer, 1.0, 1.0);
     s->hist_timer.data = s;
+    ev_async_init(&s->api_done, on_api_done);
+    s->api_done.data = s;
+    pthread_mutex_init(&s->api_mu, NULL);
+    pthread_cond_init(&s->api_cv, NULL);
     return s;
 }
 
@@ -367,27 +522,32 @@ int metrics_server_start(struct metrics_server *s)
     if (s->alfd >= 0)
         ev_io_start(s->loop, &s->alio);
     ev_async_start(s->loop, &s->wake);
+    ev_async_start(s->loop, &s->api_done);
     ev_async_send(s->loop, &s->wake); /* a generation posted before the start */
     ev_timer_start(s->loop, &s->hist_timer);
     on_hist_timer(s->loop, &s->hist_timer, 0); /* primes the rings */
-    int rc = pthread_create(&s->thread, NULL, metrics_thread, s);
+    int rc = s->api ? pthread_create(&s->api_thread, NULL, api_thread_main, s) : 0;
+    if (rc)
+        return rc;
+    s->api_started = s->api != NULL;
+    rc = pthread_create(&s->thread, NULL, metrics_thread, s);
     if (rc)
         return rc;
     s->started = 1;
     return 0;
 }
 
-/* The API's view of the generation: the newest posted, adopted now (its caller waited for a
- * reload that posted one). */
+/* The API's view of the generation (its own thread's): the newest posted, adopted now (its
+ * caller waited for a reload that posted one). */
 static struct gen *api_current_gen(void *arg)
 {
     struct metrics_server *s = arg;
-    struct gen *g = atomic_exchange(&s->next_gen, NULL);
+    struct gen *g = atomic_exchange(&s->api_next_gen, NULL);
     if (g) {
-        gen_unref(s->gen);
-        s->gen = g;
+        gen_unref(s->api_gen);
+        s->api_gen = g;
     }
-    return s->gen;
+    return s->api_gen;
 }
 
 int metrics_server_add_api(struct metrics_server *s, int fd, struct api_reloads *rl)
@@ -397,6 +557,8 @@ int metrics_server_add_api(struct metrics_server *s, int fd, struct api_reloads 
         return -1;
     }
     s->alfd = fd;
+    gen_ref(s->gen);
+    s->api_gen = s->gen;
     ev_io_set(&s->alio, fd, EV_READ);
     return 0;
 }
@@ -405,12 +567,24 @@ void metrics_server_post_gen(struct metrics_server *s, struct gen *g)
 {
     gen_ref(g);
     gen_unref(atomic_exchange(&s->next_gen, g));
+    if (s->api) {
+        gen_ref(g);
+        gen_unref(atomic_exchange(&s->api_next_gen, g));
+    }
     if (s->loop)
         ev_async_send(s->loop, &s->wake);
 }
 
 void metrics_server_stop(struct metrics_server *s)
 {
+    if (s && s->api_started) { /* its call in progress ends first (reloads answer at stop) */
+        pthread_mutex_lock(&s->api_mu);
+        s->api_stop = 1;
+        pthread_cond_signal(&s->api_cv);
+        pthread_mutex_unlock(&s->api_mu);
+        pthread_join(s->api_thread, NULL);
+        s->api_started = 0;
+    }
     if (!s || !s->started)
         return;
     atomic_store(&s->stop, 1);
@@ -437,8 +611,15 @@ void metrics_server_free(struct metrics_server *s)
     if (s->alfd >= 0)
         close(s->alfd);
     api_free(s->api);
+    for (int i = 0; i < METRICS_MAX_CONNS; i++)
+        if (s->jobs[i].state == JOB_DONE)
+            sbuf_free(&s->jobs[i].out);
+    pthread_mutex_destroy(&s->api_mu);
+    pthread_cond_destroy(&s->api_cv);
     if (s->loop)
         ev_loop_destroy(s->loop);
+    gen_unref(s->api_gen);
+    gen_unref(atomic_exchange(&s->api_next_gen, NULL));
     gen_unref(s->gen);
     gen_unref(atomic_exchange(&s->next_gen, NULL));
     s->ms->http = NULL;

@@ -19,6 +19,7 @@
 #include "config/options.h"
 #include "admin/qr.h"
 #include "config/reload.h"
+#include "config/statefile.h"
 #include "users/users.h"
 
 #define CLI_USAGE 2
@@ -46,7 +47,8 @@ void usercli_usage(FILE *f)
             "With the proxy running and `api` + `api-token` in the config, the command goes to\n"
             "its management API (the change is in force when it answers). With the proxy\n"
             "stopped (no process holds STATE-FILE.lock), users-file (and for reset-quota the\n"
-            "state file) is changed directly, with the same checks: the change is used at the\n"
+            "state file) is changed directly, with the same checks, holding that lock (one\n"
+            "change at a time; a proxy started meanwhile waits): the change is used at the\n"
             "next start. A running proxy without `api` is not changed behind its back: the\n"
             "command fails. --json prints the API's JSON answer (the same in both cases).\n"
             "Exit codes: 0 done; 1 refused (no such user, a bad value, ...); 2 usage or\n"
@@ -209,6 +211,8 @@ struct cli {
     int have_users;
     struct gen *g;
     int offline;
+    int lock_fd; /* STATE-FILE.lock, held for the whole offline change */
+    int api_fd;  /* the running proxy's API, reached while waiting for the lock */
 };
 
 static struct gen *cli_current(void *arg)
@@ -311,17 +315,13 @@ static int http_call(int fd, const struct options *o, const char *method, const 
     return status;
 }
 
-/* 1 if a process holds the state file's lock (a running mtproxy), else 0. */
-static int daemon_running(const struct options *o)
+/* statefile_lock_wait's poll: a proxy that started meanwhile takes the call (its API answers). */
+static int cli_poll_api(void *arg)
 {
-    char path[OPT_PATH_MAX + 8];
-    snprintf(path, sizeof path, "%s.lock", o->state_file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return 0;
-    int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-    close(fd);
-    return held;
+    struct cli *c = arg;
+    if (c->g->opt.api_on && c->api_fd < 0)
+        c->api_fd = api_connect(&c->g->opt);
+    return c->api_fd >= 0;
 }
 
 /* --- the request ---------------------------------------------------------------------- */
@@ -711,6 +711,8 @@ int usercli_main(int argc, char **argv)
     struct sbuf body = {.max = 1 << 20}, out = {.max = 64 << 20};
     struct config_errors *e = calloc(1, sizeof *e);
     int rc = CLI_FAIL;
+    if (c)
+        c->lock_fd = c->api_fd = -1;
     if (!c || !e || !(c->args = calloc((size_t)argc + 1, sizeof *c->args))) {
         fprintf(stderr, "mtproxy user: out of memory\n");
         goto done;
@@ -734,9 +736,23 @@ int usercli_main(int argc, char **argv)
         rc = strncmp(err, "no user", 7) ? CLI_USAGE : CLI_FAIL;
         goto done;
     }
+    /* One change at a time: the lock (a running proxy's, or another `mtproxy user`'s, waited
+     * for) is held from the read of users-file to the last write; a proxy that starts
+     * meanwhile waits for it (before it reads users-file). */
     int status;
-    int fd = o->api_on ? api_connect(o) : -1;
+    c->lock_fd = statefile_lock_wait(o->state_file, STATEFILE_LOCK_WAIT_MS, cli_poll_api, c,
+                                     err, sizeof err);
+    if (c->lock_fd >= 0) { /* stopped: users-file read again, under the lock */
+        if (cli_rebuild(c, err, sizeof err)) {
+            fprintf(stderr, "mtproxy user: %s\n", err);
+            rc = CLI_USAGE;
+            goto done;
+        }
+        o = &c->g->opt;
+    }
+    int fd = c->api_fd >= 0 ? c->api_fd : c->lock_fd < 0 && o->api_on ? api_connect(o) : -1;
     int cerr = errno;
+    c->api_fd = -1;
     if (fd >= 0) {
         status = http_call(fd, o, method, path, body.len ? body.p : NULL, &out, err,
                            sizeof err);
@@ -745,7 +761,7 @@ int usercli_main(int argc, char **argv)
             fprintf(stderr, "mtproxy user %s: %s\n", c->cmd, err);
             goto done;
         }
-    } else if (daemon_running(o)) {
+    } else if (c->lock_fd == -2) {
         cli_unreachable(c, o, cerr);
         goto done;
     } else if ((status = cli_call_offline(c, method, path, &body, &out, err, sizeof err)) < 0) {
@@ -756,6 +772,8 @@ done:
     sbuf_free(&body);
     sbuf_free(&out);
     if (c) {
+        if (c->lock_fd >= 0)
+            close(c->lock_fd); /* after the last write and the report */
         gen_unref(c->g);
         if (c->have_users)
             users_destroy(&c->users);

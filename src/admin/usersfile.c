@@ -2,6 +2,7 @@
 #include "admin/usersfile.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,37 @@ void usersfile_prune(struct usersfile *u)
 }
 
 
+int usersfile_sync_prev(struct usersfile *u, const char *name, int64_t until)
+{
+    char prev[SECRET_NAME_MAX + 8], line[1024], err[CONFIG_ERR_LEN], when[32];
+    snprintf(prev, sizeof prev, "%s.prev", name);
+    int rp = usersfile_find(u, prev), r = usersfile_find(u, name);
+    struct user_limit l;
+    if (rp < 0)
+        return 0;
+    if (!until && (!u->r[rp].limit || users_limit_parse(u->r[rp].limit, &l, err, sizeof err) ||
+                   !(until = l.expires)))
+        return 0; /* not a grace's line (a hand edit): left alone */
+    const char *own = r >= 0 ? u->r[r].limit : NULL;
+    if (own && !users_limit_parse(own, &l, err, sizeof err) && l.expires && l.expires < until)
+        until = l.expires;
+    size_t len = (size_t)snprintf(line, sizeof line, "%s", prev);
+    for (const char *p = own ? own + strcspn(own, " \t") : ""; *p;) { /* NAME's fields */
+        p += strspn(p, " \t");
+        size_t k = strcspn(p, " \t");
+        if (k && strncmp(p, "expires=", 8) && len < sizeof line)
+            len += (size_t)snprintf(line + len, sizeof line - len, " %.*s", (int)k, p);
+        p += k;
+    }
+    time_t t = (time_t)until;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (len < sizeof line)
+        len += (size_t)snprintf(line + len, sizeof line - len, " expires=%s", when);
+    return len >= sizeof line ? -1 : usersfile_set_limit(&u->r[rp], line);
+}
+
 /* Sets r's limit line's value to lim ("": none). Returns 0, or -1 (out of memory). */
 int usersfile_set_limit(struct usersfile_rec *r, const char *lim)
 {
@@ -213,19 +245,39 @@ static uid_t owner_of(const char *path)
     return geteuid() == 0 && lstat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
 }
 
+/* Where a rewrite of path goes: a symlink is written through (its target replaced, the link
+ * kept: a users-file linked from a shared or managed place stays linked). Returns the path
+ * to write (path itself, or real), or NULL with err (a link to nothing). */
+static const char *write_target(const char *path, char *real, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) || !S_ISLNK(st.st_mode))
+        return path;
+    if (!realpath(path, real)) {
+        snprintf(err, errlen, "users-file %s is a symbolic link to nothing (%s): fix the link",
+                 path, strerror(errno));
+        return NULL;
+    }
+    return real;
+}
+
 int usersfile_write(const char *path, struct usersfile *u, char *err, size_t errlen, char *key,
                     size_t keylen)
 {
+    char real[PATH_MAX];
+    const char *dst = write_target(path, real, err, errlen);
+    key[0] = 0;
+    if (!dst)
+        return USERSFILE_WRITE_FAILED;
     struct sbuf b = {.max = CONFIG_FILE_MAX};
     int rc = 0;
-    key[0] = 0;
     usersfile_prune(u);
     if (usersfile_render(u, &b)) {
         snprintf(err, errlen, "users-file would be larger than %d bytes", CONFIG_FILE_MAX);
         rc = USERSFILE_TOO_BIG;
     } else if (usersfile_check(path, b.p, b.len, err, errlen, key, keylen)) {
         rc = USERSFILE_INVALID;
-    } else if (fs_write_atomic(path, b.p, b.len, 0600, owner_of(path), err, errlen)) {
+    } else if (fs_write_atomic(dst, b.p, b.len, 0600, owner_of(dst), err, errlen)) {
         rc = USERSFILE_WRITE_FAILED;
     }
     sbuf_free(&b);
@@ -234,6 +286,9 @@ int usersfile_write(const char *path, struct usersfile *u, char *err, size_t err
 
 int usersfile_restore(const char *path, const struct usersfile *u, char *err, size_t errlen)
 {
+    char real[PATH_MAX];
+    if (!(path = write_target(path, real, err, errlen)))
+        return -1;
     if (u->text)
         return fs_write_atomic(path, u->text, u->len, 0600, owner_of(path), err, errlen);
     if (unlink(path) && errno != ENOENT) {
@@ -291,11 +346,16 @@ int usersfile_set_word(struct usersfile_rec *r, const char *word, int on)
     return usersfile_set_limit(r, fields ? line : "");
 }
 
-int usersfile_state_drop_quota(const char *path, const char *name, int *found, char *err,
-                               size_t errlen)
+int usersfile_state_drop_quota(const char *path, const char *name, int fleet, int *found,
+                               char *err, size_t errlen)
 {
     *found = 0;
     FILE *f = fopen(path, "re");
+    if (!f && errno == ENOENT && fleet) {
+        char line[SECRET_NAME_MAX + 32];
+        int n = snprintf(line, sizeof line, "quota-reset = %s\n", name);
+        return fs_write_atomic(path, line, (size_t)n, 0600, (uid_t)-1, err, errlen);
+    }
     if (!f) {
         if (errno == ENOENT)
             return 0;
@@ -321,13 +381,15 @@ int usersfile_state_drop_quota(const char *path, const char *name, int *found, c
         }
         sbuf_add(&b, line, strlen(line));
     }
+    if (fleet) /* the next start bumps the fleet's epoch of name (users_state_load) */
+        sbuf_printf(&b, "quota-reset = %s\n", name);
     int bad = ferror(f) || b.failed;
     fclose(f);
     int rc = 0;
     if (bad) {
         snprintf(err, errlen, "%s: cannot read (or larger than %d bytes)", path, CONFIG_FILE_MAX);
         rc = -1;
-    } else if (*found && fs_write_atomic(path, b.p ? b.p : "", b.len, 0600, owner_of(path),
+    } else if ((*found || fleet) && fs_write_atomic(path, b.p ? b.p : "", b.len, 0600, owner_of(path),
                                          err, errlen)) {
         rc = -1;
     }

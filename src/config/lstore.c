@@ -48,6 +48,10 @@ struct lu {
     uint8_t got_quota;            /* ... and its total came */
     uint8_t resetting;            /* ... and bumps its epoch */
     uint8_t live_written;         /* this instance's live hash holds it */
+    uint8_t reseed;               /* the store lost counts: the next flush puts them back */
+    uint8_t epoch_known;          /* epoch is the store's (else: taken from the next reply) */
+    uint8_t folded;               /* a total of the store applied since this process started */
+    uint64_t seed;                /* ... this many bytes (field "s", if the hash has none) */
 };
 
 /* What a command's reply is for. */
@@ -247,6 +251,48 @@ static void set_state(struct lstore *ls, int up, const char *why)
                 fold_others(ls, i, 0, 0);
 }
 
+/* The fleet total of a flush applied to user l's `used` (s). A total below what this
+ * instance knew when it sent the flush (snap: the state file's usage at start, the last
+ * total since), or an epoch older than its own, is a store that lost counts (emptied: a
+ * restart without persistence, FLUSHALL, an empty replica): the larger is kept; at start the
+ * next flush seeds the store with the difference (field "s", HSETNX: once for the fleet). */
+static void fold_quota(struct lu *l, struct user_shared *s)
+{
+    uint64_t fleet = l->fleet;
+    if (!l->epoch_known) { /* a new user, or a state file without it: the store's is taken */
+        l->epoch = l->new_epoch;
+        l->epoch_known = 1;
+    }
+    if (l->new_epoch < l->epoch) { /* its epoch lost: put back first, the total after */
+        l->reseed = 1;
+        l->seed = 0;
+        fleet = l->snap;
+    } else if (l->new_epoch != l->epoch) { /* a reset (here or elsewhere) */
+        l->epoch = l->new_epoch;
+        if (!l->resetting) /* elsewhere: what was counted here was of the old epoch */
+            l->mine = 0;
+        else /* here: the bytes since the reset are ours in the new one (written next) */
+            fleet = fleet + l->mine < fleet ? UINT64_MAX : fleet + l->mine;
+    } else if (fleet < l->snap) {
+        /* Seeded from this process's first total only (the state file's usage): later, a
+         * store emptied under running instances gets their absolute shares again at their
+         * next flushes (a seed then would count them twice); until then the larger stays. */
+        if (!l->folded) {
+            l->reseed = 1;
+            l->seed = l->snap - fleet;
+        }
+        fleet = l->snap;
+    }
+    l->folded = 1;
+    uint64_t cur = shared64_load(&s->used), nv;
+    int stale;
+    do {
+        nv = lstore_adjust(cur, l->snap, fleet, &stale);
+    } while (!stale && !shared64_cas(&s->used, &cur, nv));
+    l->base = stale ? 0 : fleet;
+    shared64_store(&s->epoch, l->epoch + 1); /* saved with the usage (the state file) */
+}
+
 static void flush_last(struct lstore *ls);
 
 /* The flush in flight is over: its answers applied if all came, else counted as failed. */
@@ -261,16 +307,7 @@ static void flush_done(struct lstore *ls)
             nusers++;
             struct user_shared *s = users_shared(u, i);
             if (ok && l->got_quota) {
-                if (l->new_epoch != l->epoch) { /* a reset (here or elsewhere) */
-                    l->epoch = l->new_epoch;
-                    l->mine = 0;
-                }
-                uint64_t cur = shared64_load(&s->used), nv;
-                int stale;
-                do {
-                    nv = lstore_adjust(cur, l->snap, l->fleet, &stale);
-                } while (!stale && !shared64_cas(&s->used, &cur, nv));
-                l->base = stale ? 0 : l->fleet;
+                fold_quota(l, s);
             } else if (l->resetting) {
                 /* not known whether the epoch moved: asked again next time (one more reset
                  * changes nothing) */
@@ -396,7 +433,13 @@ static void take_reply(struct lstore *ls, const struct plan *p, const redisReply
             uint64_t e;
             l->fleet = lstore_quota_total(kv, (size_t)n, &e, NULL);
             l->new_epoch = e;
-            l->got_quota = 1;
+            l->got_quota = l->fleet != UINT64_MAX;
+            if (!l->got_quota) { /* more than the fleet could have counted */
+                if (!ls->down_logged)
+                    log_warn("limits-store: the fleet total of %s is implausible (over 2^56 "
+                             "bytes): refused", users_name(ls->users, p->idx));
+                ls->failed_replies++;
+            }
         } else {
             ls->failed_replies++;
         }
@@ -470,7 +513,8 @@ static void take_resets(struct lstore *ls)
 }
 
 /* User i's quota state brought to period (the one holding now): a new period starts over here
- * and in its count, an asked-for reset zeroes it. Returns its used bytes now. */
+ * and in its count; an asked-for reset starts its share over (who asked zeroed the local
+ * count). Returns its used bytes now. */
 static uint64_t quota_roll(struct lstore *ls, uint32_t i, int64_t period)
 {
     struct lu *l = &ls->lu[i];
@@ -483,13 +527,17 @@ static uint64_t quota_roll(struct lstore *ls, uint32_t i, int64_t period)
             used = 0;
             l->base = 0;
         }
+        /* at start: the epoch the state file saved with the usage (a store that lost its
+         * epoch, or a reset made while this process was down, are told apart by it); a
+         * new period's hash starts at 0 */
+        uint64_t saved = l->period == -1 ? shared64_load(&s->epoch) : 1;
+        l->epoch = saved ? saved - 1 : 0;
+        l->epoch_known = saved != 0;
         l->period = period;
         l->mine = 0;
-        l->epoch = 0;
     }
-    if (l->resetting) {
-        shared64_store(&s->used, 0);
-        used = 0;
+    if (l->resetting) { /* zeroed here by who asked (users_quota_reset): what it counted
+                         * since is this instance's share of the new epoch */
         l->base = 0;
         l->mine = 0;
     }
@@ -504,6 +552,16 @@ static int send_quota(struct lstore *ls, uint32_t i, int64_t period, int64_t nex
     char key[SECRET_NAME_MAX + 48], val[48], ttl[24];
     snprintf(key, sizeof key, "mtproxy:l:q:%s:%lld", users_name(ls->users, i),
              (long long)period);
+    if (l->reseed && !l->resetting) { /* HSETNX: the first instance to put it back wins */
+        char ev[24], sv[48];
+        snprintf(ev, sizeof ev, "%llu", (unsigned long long)l->epoch);
+        snprintf(sv, sizeof sv, "%llu %llu", (unsigned long long)l->epoch,
+                 (unsigned long long)l->seed);
+        if ((l->epoch && send4(ls, K_PLAIN, i, "HSETNX", key, "e", ev)) ||
+            (l->seed && send4(ls, K_PLAIN, i, "HSETNX", key, "s", sv)))
+            return -1;
+    }
+    l->reseed = 0;
     if (l->resetting) {
         if (send4(ls, K_EPOCH, i, "HINCRBY", key, "e", "1"))
             return -1;

@@ -62,17 +62,19 @@ uint64_t lstore_quota_total(const struct lstore_kv *kv, size_t n, uint64_t *epoc
         uint64_t pe, b;
         if (kv[i].kn == 1 && kv[i].k[0] == 'e')
             continue;
-        if (lstore_parse_share(kv[i].v, kv[i].vn, &pe, &b)) {
+        if (lstore_parse_share(kv[i].v, kv[i].vn, &pe, &b) || b > LSTORE_BYTES_MAX) {
             nbad++;
             continue;
         }
         if (pe == e)
-            sum = sum + b < sum ? UINT64_MAX : sum + b;
+            sum += b; /* at most 2^56 each, fewer than 2^7 of them before the check below */
+        if (sum > LSTORE_BYTES_MAX)
+            break;
     }
     *epoch = e;
     if (bad)
         *bad = nbad;
-    return sum;
+    return sum > LSTORE_BYTES_MAX ? UINT64_MAX : sum;
 }
 
 long long lstore_live_ttl_ms(unsigned interval_ms)

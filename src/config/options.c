@@ -166,6 +166,8 @@ static const struct config_option state_table[] = {
      .reset = options_reset_secret, .help = "generated secret"},
     {.name = "quota-used", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = skip_value,
      .reset = skip_reset, .help = "read by users_state_load"},
+    {.name = "quota-reset", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = skip_value,
+     .reset = skip_reset, .help = "read by users_state_load"},
 };
 
 int options_load_state(struct options *o, const char *path, char *err, size_t errlen)
@@ -173,7 +175,7 @@ int options_load_state(struct options *o, const char *path, char *err, size_t er
     if (access(path, F_OK) != 0)
         return 0;
     struct config_parser p;
-    config_init(&p, state_table, 2, o);
+    config_init(&p, state_table, sizeof state_table / sizeof state_table[0], o);
     if (config_load_file(&p, path) || o->nsecrets == 0) {
         snprintf(err, errlen, "%s", p.errors.count ? p.errors.msg[0] : "no secret in state file");
         if (!p.errors.count)

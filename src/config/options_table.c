@@ -736,7 +736,8 @@ const struct config_option options_table[] = {
     {.name = "api-token", .type = CFG_STRING, .offset = OFF(api_token), .str_size = 256,
      .arg = "STRING", .help = "The token every API request must carry (Authorization: Bearer "
      "STRING); not the metrics token. Whoever holds it can add users: treat it like a secret "
-     "(at least 16 characters)."},
+     "(at least 16 characters). It does not guard the metrics port: /stats there shows every "
+     "secret, to anyone on a loopback address without metrics-token: set that too."},
     {.name = "web-listen", .type = CFG_CUSTOM, .arg = "ADDR:PORT|off", .def = "off",
      .parse = parse_web,
      .help = "WEB proxy mode (tg://webproxy; docs/web.md): serve the WEB carrier and an "

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/worker.h"
 #include "upstream/middle.h"
 #include "config/prefix.h"
+#include "config/statefile.h"
 
 static void reloader_job(struct reloader *rd)
 {
@@ -26,6 +28,7 @@ void reload_init(struct reload *r, struct users *users, const char *config_path,
     r->config_path = config_path;
     r->argc = argc;
     r->argv = argv;
+    r->lock_fd = -1;
 }
 
 static void gen_free(struct gen *g)
@@ -167,7 +170,17 @@ int gen_map_users(struct gen *g)
         return -1;
     g->lim = lim;
     for (int i = 0; i < o->nsecrets; i++) {
-        int32_t id = users_intern(g->users, o->secrets[i].name);
+        /* NAME.prev, a rotation's old secret in its grace, is user NAME (one user, two
+         * secrets: the same quota, conns slots and usage) while NAME is configured */
+        char base[SECRET_NAME_MAX];
+        const char *name = o->secrets[i].name;
+        size_t len = strlen(name);
+        if (len > 5 && !strcmp(name + len - 5, ".prev")) {
+            snprintf(base, sizeof base, "%.*s", (int)(len - 5), name);
+            if (options_find_secret(o, base) >= 0)
+                name = base;
+        }
+        int32_t id = users_intern(g->users, name);
         if (id < 0)
             return -1;
         g->uid[i] = (uint32_t)id;
@@ -267,6 +280,15 @@ struct gen *reload_build(struct reload *r, const struct gen *old, struct config_
     if (r->config_path)
         config_load_file(p, r->config_path);
     config_load_args(p, r->argc, r->argv);
+    char lock[OPT_PATH_MAX + 8];
+    snprintf(lock, sizeof lock, "%s.lock", g->opt.state_file);
+    /* no lock file: nobody holds it, and a start that fails leaves none (preflight makes it) */
+    if (r->lock_wait_ms && r->lock_fd == -1 && access(lock, F_OK) == 0) {
+        char le[CONFIG_ERR_LEN];
+        r->lock_fd = statefile_lock_wait(g->opt.state_file, r->lock_wait_ms, r->lock_poll,
+                                         r->lock_arg, le, sizeof le);
+    }
+    r->lock_wait_ms = 0; /* once */
     if (g->opt.users_file[0]) /* its lines are added to the config's (and the arguments') */
         options_load_users_file(&g->opt, g->opt.users_file, &p->errors);
     options_validate(p, &g->opt);

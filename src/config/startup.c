@@ -129,7 +129,7 @@ static void check_listen(const struct options *o, int check_only, struct config_
  * is written (and by --check-config). busy counts the errors that are a port or the lock held
  * by another process. */
 void startup_check(const struct options *o, const struct run_user *u, int check_only,
-                   struct config_errors *e, int *busy)
+                   int locked, struct config_errors *e, int *busy)
 {
     const struct run_user *pw = NULL;
     if (o->user[0]) {
@@ -158,7 +158,7 @@ void startup_check(const struct options *o, const struct run_user *u, int check_
     check_listen(o, check_only, e, busy);
     char path[OPT_PATH_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", o->state_file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = locked ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0) {
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             if (check_only)

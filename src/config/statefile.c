@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,7 +28,9 @@ int statefile_save(struct state_saver *sv, const struct gen *g, int final)
         return -1;
     }
     int rolled = sv->resets != sv->users->resets;
-    if (!q[0] && !g->state_secret && !rolled) { /* nothing to keep */
+    /* nothing to keep, and no file whose lines would go stale (a usage gone to 0 without a
+     * reset here: another instance's reset through limits-store) */
+    if (!q[0] && !g->state_secret && !rolled && !sv->last && access(o->state_file, F_OK)) {
         free(q);
         return 0;
     }
@@ -48,22 +51,52 @@ int statefile_save(struct state_saver *sv, const struct gen *g, int final)
     return 0;
 }
 
-int statefile_lock(const char *state_file, char *err, size_t errlen)
+/* The pid the lock file names if that process is alive (a running mtproxy), else 0. */
+static long live_holder(int fd)
+{
+    char text[32];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    long pid = strtol(text, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid())
+        return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM ? pid : 0;
+}
+
+int statefile_lock_wait(const char *state_file, int wait_ms, int (*poll)(void *), void *arg,
+                        char *err, size_t errlen)
 {
     char path[OPT_PATH_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", state_file);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == EACCES) /* another user's lock file: locked, not written */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open lock file %.200s: %s", path, strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is "
-                              "locked): give each instance its own state-file", state_file, path);
-        close(fd);
-        return -2;
+    for (int waited = 0;; waited += 20) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            /* a pid left by a proxy that was killed names no holder now */
+            if (ftruncate(fd, 0) != 0 && errno != EBADF && errno != EINVAL)
+                log_warn("cannot clear %s: %s", path, strerror(errno));
+            return fd;
+        }
+        if (errno != EWOULDBLOCK || live_holder(fd) || waited >= wait_ms ||
+            (poll && poll(arg)))
+            break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
-    return fd;
+    snprintf(err, errlen, "another mtproxy is running with state file %.200s (%.200s is "
+                          "locked): give each instance its own state-file", state_file, path);
+    close(fd);
+    return -2;
+}
+
+int statefile_lock(const char *state_file, char *err, size_t errlen)
+{
+    return statefile_lock_wait(state_file, 0, NULL, NULL, err, errlen);
 }
 
 void statefile_note_pid(int fd)

@@ -688,7 +688,11 @@ void users_release(const struct users *u, uint32_t id, const struct sock_addr *a
 int users_charge(const struct users *u, uint32_t id, uint64_t quota, uint64_t n)
 {
     struct user_shared *s = users_shared(u, id);
-    uint64_t used = shared64_fetch_add(&s->used, n) + n;
+    uint64_t before = shared64_fetch_add(&s->used, n), used = before + n;
+    if (used < before) { /* saturates: never wraps to a small count */
+        shared64_store(&s->used, UINT64_MAX);
+        used = UINT64_MAX;
+    }
     return quota && used >= quota;
 }
 
@@ -738,6 +742,7 @@ int users_quota_roll(struct users *u, const struct user_limit *lim, int n, int64
         if (!used)
             continue; /* nothing to start over (and no line for each idle user) */
         shared64_store(&s->used, 0);
+        shared64_store(&s->epoch, 0); /* a new period: its hash's epoch is learnt anew */
         reset++;
         u->resets++;
         log_info("quota of user %s starts over (%s): %llu bytes used in the period before; "
@@ -768,6 +773,7 @@ long users_state_format(const struct users *u, char **buf, size_t *cap)
     for (uint32_t id = 0; id < n; id++) {
         uint64_t used = shared64_load(&users_shared(u, id)->used);
         uint64_t period = shared64_load(&users_shared(u, id)->period);
+        uint64_t epoch = shared64_load(&users_shared(u, id)->epoch);
         if (!used)
             continue;
         if (*cap - len < SECRET_NAME_MAX + 64) {
@@ -780,9 +786,12 @@ long users_state_format(const struct users *u, char **buf, size_t *cap)
         }
         len += (size_t)snprintf(*buf + len, *cap - len, "quota-used = %s %llu", users_name(u, id),
                                 (unsigned long long)used);
-        if (period)
+        if (period || epoch)
             len += (size_t)snprintf(*buf + len, *cap - len, " %llu",
                                     (unsigned long long)period);
+        if (epoch)
+            len += (size_t)snprintf(*buf + len, *cap - len, " %llu",
+                                    (unsigned long long)epoch - 1);
         (*buf)[len++] = '\n';
     }
     if (*cap == len) {
@@ -802,24 +811,27 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
     char name[SECRET_NAME_MAX];
     const char *sp = strpbrk(value, " \t");
     if (!sp || !name_ok(value, (size_t)(sp - value))) {
-        snprintf(err, errlen, "quota-used must be 'NAME BYTES [PERIOD_START]'");
+        snprintf(err, errlen, "quota-used must be 'NAME BYTES [PERIOD_START [EPOCH]]'");
         return -1;
     }
     memcpy(name, value, (size_t)(sp - value));
     name[sp - value] = 0;
-    unsigned long long v[2] = {0, 0}; /* bytes, the start of their period (0: lifetime) */
-    for (int i = 0; i < 2; i++) {
+    /* bytes, the start of their period (0: lifetime), limits-store's epoch of them */
+    unsigned long long v[3] = {0, 0, 0};
+    int i = 0;
+    for (; i < 3; i++) {
         while (*sp == ' ' || *sp == '\t')
             sp++;
-        if (i == 1 && !*sp)
-            break; /* the two-field line (before periodic quotas) */
+        if (i >= 1 && !*sp)
+            break; /* the shorter lines (before periodic quotas, before the epoch) */
         char *end;
         errno = 0;
         v[i] = strtoull(sp, &end, 10);
         if (errno || end == sp || (*end && *end != ' ' && *end != '\t') || *sp == '-' ||
             (i == 1 && v[i] > (1ULL << 40))) {
             snprintf(err, errlen, "quota-used %s: '%s' is not a %s", name, sp,
-                     i ? "period start (unix seconds)" : "byte count");
+                     i == 2 ? "limits-store epoch" : i ? "period start (unix seconds)"
+                                                       : "byte count");
             return -1;
         }
         sp = end;
@@ -827,7 +839,7 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
     while (*sp == ' ' || *sp == '\t')
         sp++;
     if (*sp) {
-        snprintf(err, errlen, "quota-used %s: '%s' after the period start", name, sp);
+        snprintf(err, errlen, "quota-used %s: '%s' after the epoch", name, sp);
         return -1;
     }
     int32_t id = users_intern(u, name);
@@ -837,12 +849,27 @@ int users_state_apply(struct users *u, const char *value, char *err, size_t errl
     }
     shared64_store(&users_shared(u, (uint32_t)id)->used, v[0]);
     shared64_store(&users_shared(u, (uint32_t)id)->period, v[1]);
+    shared64_store(&users_shared(u, (uint32_t)id)->epoch, i == 3 ? v[2] + 1 : 0);
     return 0;
 }
 
 static int state_quota(void *conf, const char *v, char *err, size_t errlen)
 {
     return users_state_apply(conf, v, err, errlen);
+}
+
+/* `quota-reset = NAME`: an offline reset-quota that the fleet (limits-store) has yet to see. */
+static int state_reset_asked(void *conf, const char *v, char *err, size_t errlen)
+{
+    struct users *u = conf;
+    int32_t id = name_ok(v, strlen(v)) ? users_intern(u, v) : -1;
+    if (id < 0) {
+        snprintf(err, errlen, "quota-reset %s: not a user name (or too many users)", v);
+        return -1;
+    }
+    shared64_store(&users_shared(u, (uint32_t)id)->used, 0);
+    users_shared(u, (uint32_t)id)->reset_asked = 1;
+    return 0;
 }
 
 static int state_skip(void *conf, const char *v, char *err, size_t errlen)
@@ -861,6 +888,8 @@ int users_state_load(struct users *u, const char *path, char *err, size_t errlen
          .reset = state_reset},
         {.name = "quota-used", .type = CFG_CUSTOM, .flags = CFG_REPEAT, .parse = state_quota,
          .reset = state_reset},
+        {.name = "quota-reset", .type = CFG_CUSTOM, .flags = CFG_REPEAT,
+         .parse = state_reset_asked, .reset = state_reset},
     };
     FILE *f = fopen(path, "r");
     if (!f)
@@ -871,7 +900,7 @@ int users_state_load(struct users *u, const char *path, char *err, size_t errlen
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    config_init(p, table, 2, u);
+    config_init(p, table, sizeof table / sizeof table[0], u);
     int rc = 0;
     if (config_load_file(p, path)) {
         snprintf(err, errlen, "state file: %s", p->errors.msg[0]);

@@ -126,15 +126,22 @@ static void test_state_drop_quota(void **state)
     char path[128], err[512];
     int found = -1;
     path_of(path, sizeof path, "state");
-    assert_int_equal(usersfile_state_drop_quota(path, "a", &found, err, sizeof err), 0);
+    assert_int_equal(usersfile_state_drop_quota(path, "a", 0, &found, err, sizeof err), 0);
     assert_int_equal(found, 0); /* no file: nothing */
     put(path, "secret = " KEY "\nquota-used = ab 5\nquota-used = a 100 1798761600\n"
               "quota-used =  a\t7\n");
-    assert_int_equal(usersfile_state_drop_quota(path, "a", &found, err, sizeof err), 0);
+    assert_int_equal(usersfile_state_drop_quota(path, "a", 0, &found, err, sizeof err), 0);
     assert_int_equal(found, 1);
     assert_string_equal(get(path), "secret = " KEY "\nquota-used = ab 5\n");
-    assert_int_equal(usersfile_state_drop_quota(path, "zz", &found, err, sizeof err), 0);
+    assert_int_equal(usersfile_state_drop_quota(path, "zz", 0, &found, err, sizeof err), 0);
     assert_int_equal(found, 0);
+    /* limits-store on: the next start resets the fleet's count (found or not; made if none) */
+    assert_int_equal(usersfile_state_drop_quota(path, "ab", 1, &found, err, sizeof err), 0);
+    assert_int_equal(found, 1);
+    assert_string_equal(get(path), "secret = " KEY "\nquota-reset = ab\n");
+    unlink(path);
+    assert_int_equal(usersfile_state_drop_quota(path, "q", 1, &found, err, sizeof err), 0);
+    assert_string_equal(get(path), "quota-reset = q\n");
 }
 
 /* Rewritten as root (`mtproxy user` with the proxy stopped), a file keeps its owner (the

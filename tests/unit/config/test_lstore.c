@@ -55,10 +55,16 @@ static void test_quota_total(void **state)
     assert_int_equal(lstore_quota_total(b, 5, &e, &bad), 255);
     assert_int_equal(e, 2);
     assert_int_equal(bad, 1);
-    /* saturates instead of wrapping */
-    struct lstore_kv c[] = {KV("x", "0 9223372036854775807"), KV("y", "0 9223372036854775807"),
-                            KV("z", "0 9223372036854775807")};
-    assert_true(lstore_quota_total(c, 3, &e, NULL) == UINT64_MAX);
+    /* a share beyond what one user can move is garbage: skipped */
+    struct lstore_kv c[] = {KV("x", "0 9223372036854775807"), KV("y", "0 18446744073709551615"),
+                            KV("z", "0 7")};
+    assert_int_equal(lstore_quota_total(c, 3, &e, &bad), 7);
+    assert_int_equal(bad, 2);
+    /* a total beyond it: refused (UINT64_MAX), never wraps */
+    struct lstore_kv d[] = {KV("x", "0 72057594037927936"), KV("y", "0 72057594037927936"),
+                            KV("z", "0 1")};
+    assert_int_equal(lstore_quota_total(d, 1, &e, &bad), 72057594037927936ULL);
+    assert_true(lstore_quota_total(d, 3, &e, &bad) == UINT64_MAX);
     assert_int_equal(lstore_quota_total(NULL, 0, &e, NULL), 0);
 }
 

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -134,12 +136,44 @@ static void test_errors(void **state)
     assert_int_equal(entries(), 0);
 }
 
+/* A killed write's leftovers (.BASE.XXXXXXXX.tmp, old enough) go; anything else stays. */
+static void test_stale_tmp_removed(void **state)
+{
+    (void)state;
+    static const char *const gone[] = {".users.conf.0123abcd.tmp", ".users.conf.ffffffff.tmp"};
+    static const char *const kept[] = {"users.conf", ".users.conf.0123abcd.tmpx",
+                                       ".users.conf.0123ABCD.tmp", ".users.conf.123abcd.tmp",
+                                       ".other.conf.0123abcd.tmp", ".users.conf.0000beef.tmp"};
+    char path[400], p[400];
+    struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, gone[i]);
+        put(p, "x", 0600);
+        assert_int_equal(utimensat(AT_FDCWD, p, old, 0), 0);
+    }
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, kept[i]);
+        put(p, "x", 0600);
+        if (i < 5) /* the last one is being written now (fresh) */
+            assert_int_equal(utimensat(AT_FDCWD, p, old, 0), 0);
+    }
+    snprintf(p, sizeof p, "%s/.users.conf.00000000.tmp", dir); /* a symlink: not followed */
+    assert_int_equal(symlink("/nonexistent", p), 0);
+    snprintf(path, sizeof path, "%s/users.conf", dir);
+    assert_int_equal(fs_remove_stale_tmp(path, 60), 2);
+    assert_int_equal(entries(), 7);
+    assert_int_equal(fs_remove_stale_tmp(path, 0), 1); /* the fresh one, not before */
+    assert_int_equal(entries(), 6);
+    assert_int_equal(fs_remove_stale_tmp("/nonexistent-dir/x", 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_planted_symlinks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_is_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_tmp_removed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,6 +148,12 @@ static void test_admit(void **state)
     users_release(&u, id, &a1, 300);
     assert_int_equal(users_charge(&u, id, l.quota, 1), 1);
     assert_int_equal(users_admit(&u, id, &l, &a1, 300, 60), UR_QUOTA);
+    uint64_t was = shared64_load(&users_shared(&u, id)->used);
+    assert_int_equal(users_charge(&u, id, 0, UINT64_MAX - 10), 0); /* saturates, no wrap */
+    assert_true(shared64_load(&users_shared(&u, id)->used) == UINT64_MAX);
+    assert_int_equal(users_charge(&u, id, l.quota, 5), 1);
+    assert_true(shared64_load(&users_shared(&u, id)->used) == UINT64_MAX);
+    shared64_store(&users_shared(&u, id)->used, was);
     l.quota = 0;
     assert_int_equal(users_admit(&u, id, &l, &a1, 500, 60), UR_EXPIRED);
     /* log once per minute */
@@ -327,8 +333,10 @@ static void test_quota_roll_and_state(void **state)
     assert_int_equal(users_state_apply(&u, "m 50 1798761600", err, sizeof err), 0);
     assert_int_equal(users_state_apply(&u, "l 70", err, sizeof err), 0);
     assert_int_equal(users_state_apply(&u, "o\t30", err, sizeof err), 0);
-    static const char *const bad[] = {"m 5 x", "m 5 6 7", "m 5 -6", "m 5 6x", "m 5 99999999999999",
-                                      "m x 6"};
+    /* the limits-store epoch after the period (kept, written back) */
+    assert_int_equal(users_state_apply(&u, "e 40 0 3", err, sizeof err), 0);
+    static const char *const bad[] = {"m 5 x", "m 5 6 7 8", "m 5 -6", "m 5 6x", "m 5 99999999999999",
+                                      "m x 6", "m 5 6 x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (users_state_apply(&u, bad[i], err, sizeof err) == 0)
             fail_msg("accepted '%s'", bad[i]);
@@ -344,7 +352,7 @@ static void test_quota_roll_and_state(void **state)
     size_t cap = 0;
     assert_true(users_state_format(&u, &buf, &cap) > 0);
     assert_string_equal(buf, "quota-used = m 50 1798761600\nquota-used = l 70\n"
-                             "quota-used = o 30 1798761600\n");
+                             "quota-used = o 30 1798761600\nquota-used = e 40 0 3\n");
     /* the round trip: the same lines read back give the same lines */
     struct users v;
     assert_int_equal(users_init(&v, 1), 0);
@@ -359,7 +367,7 @@ static void test_quota_roll_and_state(void **state)
     size_t cap2 = 0;
     users_state_format(&v, &buf2, &cap2);
     assert_string_equal(buf2, "quota-used = m 50 1798761600\nquota-used = l 70\n"
-                              "quota-used = o 30 1798761600\n");
+                              "quota-used = o 30 1798761600\nquota-used = e 40 0 3\n");
     /* m used up: refused until February */
     struct sock_addr a = addr4("127.0.0.1");
     assert_int_equal(users_charge(&u, m, 100, 50), 1);
