@@ -481,13 +481,15 @@ class Bridge:
         with its own X-Down-Cursor from 0, lane 0 (the session's frames) was polled and took
         nothing up (no PING came), and the lanes of the streams `ended` ended (204, X-Lane-Closed:
         1), each its lane's last poll. websocket-lanes: one socket per stream, tproxy-lane-v1.
-        <token>.<stream>, and no session socket. A page that carried the streams on one lane
+        <token>.<stream>, no session socket, and the ended lanes' sockets closed. A page that carried the streams on one lane
         (or one socket) fails here."""
         lanes = set(range(1, streams + 1))
         if self.carrier == "websocket-lanes":
             protos = self.browser.ws_protocols()[0]
             assert sorted(protos) == sorted(f"tproxy-lane-v1.{self.token()}.{i}" for i in lanes), \
                 protos
+            assert wait_until(lambda: self.browser.ws_protocols()[1] >= len(ended), 5), \
+                self.browser.ws_protocols()
             return
 
         def closed():
