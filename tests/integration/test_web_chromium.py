@@ -380,12 +380,19 @@ class Bridge:
     def __init__(self, procs, tmp_path, carrier="https"):
         need("chromium")
         self.carrier = carrier
-        self.mport = free_ports(1)[0]
-        self.t = Terminated(procs, tmp_path, "nginx", carrier,
-                            extra=["--metrics", f"127.0.0.1:{self.mport}"])
+        for attempt in range(3):  # the metrics port, free a moment ago, may be taken since
+            self.mport = free_ports(1)[0]
+            (tmp_path / str(attempt)).mkdir()
+            try:
+                self.t = Terminated(procs, tmp_path / str(attempt), "nginx", carrier,
+                                    extra=["--metrics", f"127.0.0.1:{self.mport}"])
+                break
+            except RuntimeError as e:
+                if "Address already in use" not in str(e) or attempt == 2:
+                    raise
         self.w = self.t.w
-        self.browser = Browser(tmp_path, self.t.addr[1], spki_hash(tmp_path / "nginx" /
-                                                                   "server.crt"))
+        self.browser = Browser(tmp_path, self.t.addr[1], spki_hash(tmp_path / str(attempt) /
+                                                                   "nginx" / "server.crt"))
         self.link = Link(self.browser)
         self.parent = None
 
