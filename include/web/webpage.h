@@ -18,7 +18,9 @@
  *     parent at a numeric loopback origin (tproxy-init);
  *   - sends the app's HELLO to POST /api/v1/session with the bootstrap token as its bearer,
  *     hands the WELCOME back, then runs the carrier the server chose: the HTTPS long poll
- *     (/up with X-Up-Seq, /down with X-Down-Cursor, retries by exact replay) or WebSocket.
+ *     (/up with X-Up-Seq, /down with X-Down-Cursor, retries by exact replay) or WebSocket,
+ *     each for the whole session or, in the lanes carriers, one lane per stream (X-Lane-ID,
+ *     or a socket of its own).
  * The bootstrap token appears as `bootstrap="TOKEN"` and in a `'Bearer TOKEN'` header literal,
  * the two forms the independent clients read it from.
  */

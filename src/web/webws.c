@@ -46,7 +46,8 @@ struct webws {
     uint32_t lane;       /* 0: the session's socket (websocket); else a stream's */
     int ready;           /* frames wait on the lane */
     int ended;           /* the lane ended first: closing leaves the session alone */
-    int lingering;       /* our close is written and our side shut: reading until EOF */
+    int lingering;       /* our close is written: reading until the client's close or EOF */
+    int peer_closed;     /* the client's close frame came: nothing more will */
     struct webws *prev_, *next_; /* the server's list */
     struct webws *snext;         /* the session's list (x->ws) */
 };
@@ -54,6 +55,7 @@ struct webws {
 static void ws_io(struct ev_loop *loop, ev_io *io, int revents);
 static void ws_tick(struct ev_loop *loop, ev_timer *t, int revents);
 static void ws_retry(struct ev_loop *loop, ev_timer *t, int revents);
+static int linger_read(struct webws *w);
 
 static int grow(uint8_t **p, size_t *cap, size_t need)
 {
@@ -179,11 +181,16 @@ static int flush_out(struct webws *w)
         w->cursor = w->next;
         w->issued = 0;
     }
+    if (w->closing && w->peer_closed) { /* both closes went: the TCP close is the server's
+                                         * (RFC 6455 7.1.1), and nothing is left unread */
+        webws_close(w);
+        return -1;
+    }
     if (w->closing) { /* closing at once with unread bytes would reset the connection, and
-                       * the client could lose what it had not read yet: read until its EOF
-                       * (or WS_LINGER), as RFC 6455 7.1.1 has the server wait for the client
-                       * to close first (no half-close: a terminator may take our FIN for
-                       * the end of the tunnel) */
+                       * the client could lose what it had not read yet: read until its close
+                       * frame (or EOF, or WS_LINGER), which it sends once it has read ours
+                       * (no half-close: a terminator may take our FIN for the end of the
+                       * tunnel) */
         if (!w->lingering) {
             w->lingering = 1;
             ev_timer_stop(w->h->loop, &w->timer);
@@ -193,7 +200,7 @@ static int flush_out(struct webws *w)
         ev_io_stop(w->h->loop, &w->io);
         ev_io_set(&w->io, w->fd, EV_READ);
         ev_io_start(w->h->loop, &w->io);
-        return 0;
+        return linger_read(w); /* its close may be here already */
     }
     ev_io_stop(w->h->loop, &w->io);
     if (!w->full) { /* a message waiting for room: nothing more is read meanwhile */
@@ -303,29 +310,40 @@ static void unmask(uint8_t *p, size_t n, const uint8_t mask[4])
         p[i] ^= mask[i & 3];
 }
 
+/* The head of the frame at b[0..have): payload length *n, head length before the mask *k.
+ * 1, or 0 (need more). */
+static int frame_head(const uint8_t *b, size_t have, uint64_t *n, size_t *k)
+{
+    if (have < 2)
+        return 0;
+    *n = b[1] & 0x7f;
+    *k = 2;
+    if (*n == 126) {
+        if (have < 4)
+            return 0;
+        *n = (uint64_t)b[2] << 8 | b[3];
+        *k = 4;
+    } else if (*n == 127) {
+        if (have < 10)
+            return 0;
+        *n = 0;
+        for (int i = 0; i < 8; i++)
+            *n = *n << 8 | b[2 + i];
+        *k = 10;
+    }
+    return 1;
+}
+
 /* One frame at w->in[off..): its length (consumed), 0 (need more), or -1 (w is gone). */
 static long one_frame(struct webws *w, size_t off)
 {
     uint8_t *b = w->in + off;
     size_t have = w->in_len - off;
-    if (have < 2)
+    uint64_t n;
+    size_t k;
+    if (!frame_head(b, have, &n, &k))
         return 0;
     int fin = b[0] & 0x80, op = b[0] & 0x0f;
-    uint64_t n = b[1] & 0x7f;
-    size_t k = 2;
-    if (n == 126) {
-        if (have < 4)
-            return 0;
-        n = (uint64_t)b[2] << 8 | b[3];
-        k = 4;
-    } else if (n == 127) {
-        if (have < 10)
-            return 0;
-        n = 0;
-        for (int i = 0; i < 8; i++)
-            n = n << 8 | b[2 + i];
-        k = 10;
-    }
     int bad = !(b[1] & 0x80) || (b[0] & 0x70) || n > w->h->lim.body_bytes ||
               (op >= 0x8 && (!fin || n > 125)) || (op != 0 && op != 2 && op < 8) || op > 0xa ||
               (op == 0 && !w->in_msg) || (op == 2 && w->in_msg);
@@ -340,7 +358,7 @@ static long one_frame(struct webws *w, size_t off)
     long used = (long)(k + 4 + n);
     w->last_rx = web_now();
     if (op == 0x8) { /* close: answer it, then end the socket (the session lives on) */
-        w->closing = 1;
+        w->closing = w->peer_closed = 1;
         if (queue(w, 0x8, pl, n >= 2 ? 2 : 0)) {
             webws_close(w);
             return -1;
@@ -384,15 +402,28 @@ static int parse(struct webws *w)
     return 0;
 }
 
+/* After our close: what the client still sends is dropped, up to its close frame, which ends
+ * the socket. 0, or -1 (w is gone). */
+static int linger_read(struct webws *w)
+{
+    size_t off = 0;
+    uint64_t n;
+    size_t k;
+    while (frame_head(w->in + off, w->in_len - off, &n, &k) &&
+           w->in_len - off >= k + 4 + n) {
+        if ((w->in[off] & 0x0f) == 0x8) {
+            webws_close(w);
+            return -1;
+        }
+        off += k + 4 + n;
+    }
+    memmove(w->in, w->in + off, w->in_len - off);
+    w->in_len -= off;
+    return 0;
+}
+
 static void ws_read(struct webws *w)
 {
-    if (w->lingering) {
-        uint8_t away[4096];
-        ssize_t k = recv(w->fd, away, sizeof away, 0);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            webws_close(w);
-        return;
-    }
     size_t cap = w->h->lim.body_bytes + WS_HDR_MAX;
     if (grow(&w->in, &w->in_cap, w->in_len + 65536 < cap ? w->in_len + 65536 : cap)) {
         webws_close(w);
@@ -405,7 +436,9 @@ static void ws_read(struct webws *w)
     }
     if (k > 0)
         w->in_len += (size_t)k;
-    if (parse(w) == 0)
+    if (w->lingering)
+        linger_read(w);
+    else if (parse(w) == 0)
         webws_flush(w);
 }
 

@@ -409,6 +409,38 @@ def test_websocket_lanes_refusals(procs):
     ok.close()
 
 
+@pytest.mark.parametrize("who", ["server", "client"])
+def test_websocket_closes_at_once_after_both_closes(procs, who):
+    """Once both close frames went (the server's at a lane's end and the client's answer, or
+    the client's and the server's answer), the server closes the TCP connection at once (RFC
+    6455 7.1.1: the server closes first), not after its 2 s linger: a browser waits for that
+    close before it reports the socket closed (each lane of the bridge page 2 s late)."""
+    from webclient import CLOSE, OPEN, WebSocket, frame
+    w = Web(procs, extra=["--web-carrier", "websocket-lanes"])
+    s = Session(w.web, HOST, w.plain, mode="websocket-lanes")
+    ws = WebSocket(s, lane=1)
+    assert ws.ok
+    ws.sock.settimeout(T(5))
+    if who == "server":
+        ws.send(frame(OPEN, 1) + frame(CLOSE, 1))  # the stream ends, and its lane
+        op = 0x2
+        while op != 0x8:
+            op, body = ws.recv()
+        assert body == b"\x03\xe8"  # 1000
+    t0 = time.monotonic()
+    ws.send(b"\x03\xe8", 0x8)  # the client's close: the answer, or its own
+    if who == "client":
+        assert ws.recv() == (0x8, b"\x03\xe8")
+    assert ws.sock.recv(100) == b""
+    took = time.monotonic() - t0
+    assert took < 1, f"the server closed {took:.2f} s after both closes"
+    ws.close()
+    if who == "server":  # a lane's close leaves the session: another lane opens
+        other = WebSocket(s, lane=2)
+        assert other.ok
+        other.close()
+
+
 @pytest.mark.parametrize("carrier", ["https", "websocket-lanes"])
 def test_two_workers(procs, carrier):
     """workers = 2: each worker serves web-listen (SO_REUSEPORT) with its own sessions; a token's

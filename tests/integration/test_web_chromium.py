@@ -11,6 +11,9 @@ and back (test_client and the fake DC check every byte). The two boundaries of t
     and hands it a MessagePort with {t: 'tproxy-init', v: 1};
   - the injected TelegramWebProxy object (Page.addScriptToEvaluateOnNewDocument before the
     navigation, the #android=NONCE fragment, answered with tproxy-android-init).
+Each boundary carries bytes over all four carriers (https, https-lanes, websocket,
+websocket-lanes); in the lanes carriers over several streams, whose lanes (X-Lane-ID and the
+cursors, or one socket per stream) are checked from the log, once beside a stalled stream.
 Every request Chromium makes (the page's target and every frame or worker target, each attached
 on its own) is logged: the bridge may only speak to its own origin (https and wss), and the
 parent page to its own loopback origin; and no page may log an error (a request the bridge's CSP
@@ -19,6 +22,7 @@ import base64
 import hashlib
 import json
 import queue
+import re
 import secrets
 import signal
 import subprocess
@@ -228,6 +232,39 @@ class Browser(Chrome):
         return [r[:2] for r in self.log()[start:] if origin_of(r[1]) not in allowed and
                 (by is None or origin_of(r[2] or "") == by)]
 
+    def api_log(self):
+        """[(path, {lower-case request header: value}, status or None, {lower-case response
+        header: value})] of the /api/v1/up and /api/v1/down requests seen so far, in the order sent
+        (None and {} while unanswered)."""
+        out, seen = [], {}
+        for e in list(self.events):
+            m, p = e.get("method"), e.get("params", {})
+            key = (e.get("sessionId"), p.get("requestId"))
+            if m == "Network.requestWillBeSent" and \
+                    urlsplit(p["request"]["url"]).path in ("/api/v1/up", "/api/v1/down"):
+                seen[key] = len(out)
+                out.append([urlsplit(p["request"]["url"]).path,
+                            {k.lower(): v for k, v in p["request"]["headers"].items()}, None,
+                            {}])
+            elif m == "Network.responseReceived" and key in seen:
+                r = out[seen[key]]
+                r[2] = p["response"]["status"]
+                r[3] = {k.lower(): v for k, v in p["response"]["headers"].items()}
+        return out
+
+    def ws_protocols(self):
+        """The Sec-WebSocket-Protocol of every WebSocket handshake, and how many of the
+        sockets have closed."""
+        protos, closed = [], 0
+        for e in list(self.events):
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Network.webSocketWillSendHandshakeRequest":
+                hdrs = {k.lower(): v for k, v in p["request"]["headers"].items()}
+                protos.append(hdrs.get("sec-websocket-protocol"))
+            elif m == "Network.webSocketClosed":
+                closed += 1
+        return protos, closed
+
     def response_header(self, url, name):
         for e in list(self.events):
             if e.get("method") == "Network.responseReceived" and \
@@ -343,12 +380,19 @@ class Bridge:
     def __init__(self, procs, tmp_path, carrier="https"):
         need("chromium")
         self.carrier = carrier
-        self.mport = free_ports(1)[0]
-        self.t = Terminated(procs, tmp_path, "nginx", carrier,
-                            extra=["--metrics", f"127.0.0.1:{self.mport}"])
+        for attempt in range(3):  # the metrics port, free a moment ago, may be taken since
+            self.mport = free_ports(1)[0]
+            (tmp_path / str(attempt)).mkdir()
+            try:
+                self.t = Terminated(procs, tmp_path / str(attempt), "nginx", carrier,
+                                    extra=["--metrics", f"127.0.0.1:{self.mport}"])
+                break
+            except RuntimeError as e:
+                if "Address already in use" not in str(e) or attempt == 2:
+                    raise
         self.w = self.t.w
-        self.browser = Browser(tmp_path, self.t.addr[1], spki_hash(tmp_path / "nginx" /
-                                                                   "server.crt"))
+        self.browser = Browser(tmp_path, self.t.addr[1], spki_hash(tmp_path / str(attempt) /
+                                                                   "nginx" / "server.crt"))
         self.link = Link(self.browser)
         self.parent = None
 
@@ -368,22 +412,35 @@ class Bridge:
         self.browser.call("Page.addScriptToEvaluateOnNewDocument", source=INJECT_JS)
         self.browser.call("Page.navigate", url=self.url(secret) + fragment)
 
-    def transfer(self, secret, tag, up, down, *extra, during=None):
-        """test_client's bytes through the page: up and down, checked byte for byte by
-        test_client and the fake DC (extra: test_client's; during(mark): run meanwhile, mark
-        the fake DC's first line of it). Returns the seconds it took."""
+    def transfer(self, secret, tag, up, down, *extra, conns=1, during=None, stalled=False):
+        """test_client's bytes through the page: up and down on each of conns connections (the
+        app's streams), checked byte for byte by test_client and the fake DC (extra:
+        test_client's; during(mark): run meanwhile, mark the fake DC's first line of it).
+        stalled: first a stream (1) whose app reads 20 kB/s of 8 MiB, which must still be
+        crawling when the others are done. Returns the seconds it took."""
         a = Adapter(None, HOST, None, link=self.link)
+        slow = None
+        if stalled:
+            mark = self.w.dc.mark()
+            slow = self.w.procs.client_bg(a.addr, secret, tag, 2, 1000, 8 << 20, "--slow-read",
+                                          20000, "--timeout", 60, name="slow")
+            assert self.w.dc.wait_line(r"^HEADER listener=2 ", T(10), start=mark)
         mark = self.w.dc.mark()
         t0 = time.monotonic()
-        p = self.w.procs.client_bg(a.addr, secret, tag, 2, up, down, "--expect-dc", 2, *extra)
+        p = self.w.procs.client_bg(a.addr, secret, tag, 2, up, down, "--expect-dc", 2,
+                                   "--conns", conns, *extra)
         if during:
             during(mark)
         res = self.w.procs.result(p, timeout=60)
         took = time.monotonic() - t0
         assert_ok(res)
-        assert res["up_total"] == up and res["down_total"] == down
-        assert self.w.dc.wait_line(rf"^DONE listener=2 up_ok={up} mismatch=none$", T(5),
-                                   start=mark)
+        assert res["up_total"] == conns * up and res["down_total"] == conns * down
+        done = re.compile(rf"^DONE listener=2 up_ok={up} mismatch=none$")
+        assert wait_until(lambda: sum(bool(done.search(x)) for x in self.w.dc.lines[mark:]) ==
+                          conns, T(5)), self.w.dc.lines[mark:]
+        if slow:
+            assert slow.alive(), "the stalled stream finished: it stalled nothing"
+            slow.stop()
         assert not a.errors, a.errors
         a.abandon()
         return took
@@ -418,11 +475,50 @@ class Bridge:
         ws = ("WS", "wss://" + HOST + "/api/v1/ws") in reqs
         up = ("POST", ORIGIN + "/api/v1/up") in reqs
         down = ("POST", ORIGIN + "/api/v1/down") in reqs
-        assert (ws, up, down) == ((True, False, False) if self.carrier == "websocket" else
-                                  (False, True, True)), reqs
+        assert (ws, up, down) == ((True, False, False) if self.carrier.startswith("websocket")
+                                  else (False, True, True)), reqs
         assert not self.browser.errors(), self.browser.errors()
         assert self.link.states()[:2] == ["connecting", "connected"], self.link.control
         assert "failed" not in self.link.states(), self.link.control
+
+    def check_lanes(self, streams, ended):
+        """The lanes carriers ran one lane per stream (the app's streams 1..streams). https-
+        lanes: every /up and /down named its lane (X-Lane-ID), each stream's frames went up on
+        its own lane with its own X-Up-Seq from 1 (a repeat, or the next), each lane was polled
+        with its own X-Down-Cursor from 0, lane 0 (the session's frames) was polled and took
+        nothing up (no PING came), and the lanes of the streams `ended` ended (204, X-Lane-Closed:
+        1), each its lane's last poll. websocket-lanes: one socket per stream, tproxy-lane-v1.
+        <token>.<stream>, no session socket, and the ended lanes' sockets closed. A page that carried the streams on one lane
+        (or one socket) fails here."""
+        lanes = set(range(1, streams + 1))
+        if self.carrier == "websocket-lanes":
+            protos = self.browser.ws_protocols()[0]
+            assert sorted(protos) == sorted(f"tproxy-lane-v1.{self.token()}.{i}" for i in lanes), \
+                protos
+            assert wait_until(lambda: self.browser.ws_protocols()[1] >= len(ended), 5), \
+                self.browser.ws_protocols()
+            return
+
+        def closed():
+            return [int(h["x-lane-id"]) for path, h, st, rh in self.browser.api_log()
+                    if path == "/api/v1/down" and st == 204 and rh.get("x-lane-closed") == "1"]
+        assert wait_until(lambda: set(ended) <= set(closed()), 5), self.browser.api_log()
+        assert len(closed()) == len(set(closed())), closed()
+        per = {}
+        for path, h, st, rh in self.browser.api_log():
+            lane = h.get("x-lane-id", "")
+            assert lane.isdigit() and lane == str(int(lane)), h
+            per.setdefault((path, int(lane)), []).append(
+                (int(h["x-up-seq" if path == "/api/v1/up" else "x-down-cursor"]),
+                 rh.get("x-lane-closed")))
+        assert {lane for path, lane in per if path == "/api/v1/up"} == lanes, per.keys()
+        assert {lane for path, lane in per if path == "/api/v1/down"} == lanes | {0}, per.keys()
+        for (path, lane), asked in per.items():
+            n = [k for k, _ in asked]
+            assert n[0] == (path == "/api/v1/up") and \
+                all(b - a in (0, 1) for a, b in zip(n, n[1:])), (path, lane, n)
+            if lane in ended and path == "/api/v1/down":
+                assert [c for _, c in asked].index("1") == len(asked) - 1, (lane, asked)
 
     def close(self):
         self.browser.close()
@@ -445,37 +541,51 @@ def secret_of(bridge, kind):
     return (bridge.w.dd, "dd") if kind == "dd" else (bridge.w.plain, "ef")
 
 
-@pytest.mark.parametrize("bridge,kind", [("https", "dd"), ("websocket", "plain")],
+def carry(bridge, how, kind, stalled=False):
+    """test_client's bytes both ways through the page's session: one connection, or in the
+    lanes carriers three (each its own stream, so its own lane), and the lanes are checked;
+    stalled: beside a stalled stream (stream 1; it costs the DevTools link its 4 MiB)."""
+    secret, tag = secret_of(bridge, kind)
+    lanes = bridge.carrier.endswith("-lanes")
+    conns = 3 if lanes else 1
+    up, down = UP // conns, DOWN // conns
+    took = bridge.transfer(secret, tag, up, down, conns=conns, stalled=stalled)
+    print(f"{how}, {bridge.carrier}, {kind}: {conns} x ({up} bytes up, {down} down) in "
+          f"{took:.2f} s" + (" beside a stalled stream" if stalled else ""))
+    if lanes:
+        bridge.check_lanes(conns + stalled, ended=range(1 + stalled, conns + 1 + stalled))
+
+
+@pytest.mark.parametrize("bridge,kind", [("https", "dd"), ("websocket", "plain"),
+                                         ("https-lanes", "plain"), ("websocket-lanes", "dd")],
                          indirect=["bridge"])
 def test_message_channel_parent(bridge, kind):
     """A loopback parent page frames the bridge and hands it a port: a session of the carrier
     the server chose carries test_client's bytes both ways; every request of the bridge went to
     its own origin, the parent's to its own; the app's close ends the session."""
-    secret, tag = secret_of(bridge, kind)
-    bridge.through_parent(secret)
+    bridge.through_parent(secret_of(bridge, kind)[0])
     bridge.browser.eval("init({t: 'tproxy-init', v: 1})")
     bridge.link.hello()
-    took = bridge.transfer(secret, tag, UP, DOWN)
-    print(f"parent, {bridge.carrier}, {kind}: {UP} bytes up, {DOWN} down in {took:.2f} s")
+    carry(bridge, "parent", kind)
     bridge.close_session()
     bridge.check_log(bridge.parent.origin)
 
 
-@pytest.mark.parametrize("bridge,kind", [("https", "plain"), ("websocket", "dd")],
+@pytest.mark.parametrize("bridge,kind", [("https", "plain"), ("websocket", "dd"),
+                                         ("https-lanes", "dd"), ("websocket-lanes", "plain")],
                          indirect=["bridge"])
 def test_injected_object(bridge, kind):
     """The app's TelegramWebProxy object, injected before the navigation, with the #android=
     fragment's nonce: the page announces itself with that nonce, the query and the fragment are
     gone from its address, and the session carries test_client's bytes both ways, one frame a
-    message down; nothing goes to another origin; the app's close ends the session."""
-    secret, tag = secret_of(bridge, kind)
+    message down (https-lanes: beside a stalled stream, which stalls none of them); nothing
+    goes to another origin; the app's close ends the session."""
     nonce = secrets.token_urlsafe(32)
-    bridge.injected(secret, "#android=" + nonce)
+    bridge.injected(secret_of(bridge, kind)[0], "#android=" + nonce)
     bridge.link.wait_init(nonce)
     assert bridge.browser.eval("location.href") == ORIGIN + "/"
     bridge.link.hello()
-    took = bridge.transfer(secret, tag, UP, DOWN)
-    print(f"injected, {bridge.carrier}, {kind}: {UP} bytes up, {DOWN} down in {took:.2f} s")
+    carry(bridge, "injected", kind, stalled=bridge.carrier == "https-lanes")
     bridge.close_session()
     bridge.check_log()
 
@@ -487,7 +597,7 @@ def test_parent_must_be_numeric_loopback(bridge):
     gets no session (the HELLO sent through it starts nothing); the right init then does. The
     log catches a request to another origin (the parent's fetch of another port)."""
     def no_session():
-        time.sleep(1.5)
+        time.sleep(1)
         assert not bridge.link.control and bridge.link.q.empty(), bridge.link.control
         assert ("POST", ORIGIN + "/api/v1/session") not in bridge.browser.requests()
 
@@ -517,7 +627,7 @@ def test_injected_object_needs_the_fragment(bridge):
     bridge.injected(bridge.w.plain, "")
     assert wait_until(lambda: bridge.browser.eval("location.href") == ORIGIN + "/", 10)
     bridge.link.send(HELLO_FRAME)
-    time.sleep(1.5)
+    time.sleep(1)
     assert not bridge.link.control and bridge.link.q.empty(), bridge.link.control
     assert ("POST", ORIGIN + "/api/v1/session") not in bridge.browser.requests()
     # The page's CSP stops a request of its document to another origin before the network
@@ -528,11 +638,12 @@ def test_injected_object_needs_the_fragment(bridge):
     assert not bridge.browser.offsite(ORIGIN)
 
 
-@pytest.mark.parametrize("bridge", ["https", "websocket"], indirect=True)
+@pytest.mark.parametrize("bridge", ["https", "websocket", "https-lanes"], indirect=True)
 def test_session_ended_by_the_server(bridge):
     """The session ends on the server's side (its DELETE from elsewhere): the page tells the
     app failed, then close, and stops: no request after its poll (or socket) but its own
-    best-effort DELETE."""
+    best-effort DELETE. In https-lanes with no stream open, it is the poll of lane 0 (the
+    session's frames) that learns it."""
     nonce = secrets.token_urlsafe(32)
     bridge.injected(bridge.w.dd, "#android=" + nonce)
     bridge.link.wait_init(nonce)
@@ -550,6 +661,34 @@ def test_session_ended_by_the_server(bridge):
         ("POST", ORIGIN + "/api/v1/down")
     assert reqs[1] == ("POST", ORIGIN + "/api/v1/session"), reqs
     assert reqs[2:] in ([first], [first, ("DELETE", ORIGIN + "/api/v1/session")]), reqs
+
+
+@pytest.mark.parametrize("bridge", ["websocket-lanes"], indirect=True)
+def test_lane_socket_failure_ends_only_its_stream(bridge):
+    """websocket-lanes: a stream's socket that fails (the server ends it on the stream's invalid
+    frame, a WINDOW of 0, with no close code 1000) ends only that stream: the page sends the
+    app a CLOSE for it (nothing else would), drops the stream's later frames, and the session
+    lives on: a new stream gets its own socket."""
+    nonce = secrets.token_urlsafe(32)
+    bridge.injected(bridge.w.plain, "#android=" + nonce)
+    bridge.link.wait_init(nonce)
+    bridge.link.hello()
+    token = bridge.token()
+    bridge.link.send(frame(0x01, 1))
+    assert wait_until(lambda: bridge.metric("mtproxy_web_streams") == 1, 5)
+    bridge.link.send(frame(0x04, 1, b"\0\0\0\0"))
+    assert bridge.link.recv(10) == (0x2, frame(0x03, 1)), bridge.link.control
+    assert bridge.metric("mtproxy_web_refusals_total", reason="protocol") == 1
+    assert bridge.metric("mtproxy_web_streams") == 0
+    bridge.link.send(frame(0x04, 1, b"\0\0\0\1"))  # late: dropped by the page
+    bridge.link.send(frame(0x01, 2))
+    assert wait_until(lambda: bridge.metric("mtproxy_web_streams") == 1, 5)
+    assert bridge.browser.ws_protocols()[0] == [f"tproxy-lane-v1.{token}.1",
+                                                f"tproxy-lane-v1.{token}.2"]
+    assert bridge.metric("mtproxy_web_refusals_total", reason="protocol") == 1
+    assert bridge.link.q.empty()
+    bridge.close_session()
+    bridge.check_log()
 
 
 def test_partial_frame_from_the_app_fails_the_session(bridge):

@@ -76,7 +76,8 @@ static void test_page(void **state)
     /* The boundaries and endpoints the script speaks. */
     const char *need[] = {"TelegramWebProxy", "tproxy-android-init", "tproxy-init", "'127.0.0.1'",
                           "/api/v1/session", "/api/v1/up", "/api/v1/down", "X-Up-Seq",
-                          "X-Down-Cursor", "X-Session-Token", "X-Carrier-Mode"};
+                          "X-Down-Cursor", "X-Session-Token", "X-Carrier-Mode", "/api/v1/ws",
+                          "'tproxy-v1.'", "X-Lane-ID", "X-Lane-Closed", "'tproxy-lane-v1.'"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         assert_non_null(strstr(page, need[i]));
     /* A new nonce every time. */
@@ -87,6 +88,19 @@ static void test_page(void **state)
     assert_non_null(strstr(b2.p, "const carrier = 'websocket';"));
     sbuf_free(&b);
     sbuf_free(&b2);
+    /* The lanes carriers by their names, the ones X-Carrier-Mode says. */
+    const struct {
+        enum websess_mode mode;
+        const char *line;
+    } lanes[] = {{WEBSESS_HTTPS_LANES, "const carrier = 'https-lanes';"},
+                 {WEBSESS_WEBSOCKET_LANES, "const carrier = 'websocket-lanes';"}};
+    for (size_t i = 0; i < sizeof lanes / sizeof lanes[0]; i++) {
+        struct sbuf bl = {0};
+        assert_int_equal(webpage_render(TOKEN, lanes[i].mode, HOST, &bl, csp2), 0);
+        assert_non_null(strstr(bl.p, lanes[i].line));
+        assert_int_equal(token_runs(bl.p, TOKEN), 2);
+        sbuf_free(&bl);
+    }
 }
 
 static void test_bad_token(void **state)
