@@ -59,7 +59,7 @@ def swap(text, old, new):
 def nginx_conf(d, port, web_port):
     """The README's nginx server block on a test port and certificate, in a whole config."""
     server = readme_snippet("nginx")
-    server = swap(server, "listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;")
+    server = swap(server, "listen 443 ssl http2;", f"listen 127.0.0.1:{port} ssl http2;")
     server = swap(server, "/etc/letsencrypt/live/proxy.example.com/fullchain.pem",
                   f"{d}/server.crt")
     server = swap(server, "/etc/letsencrypt/live/proxy.example.com/privkey.pem",
