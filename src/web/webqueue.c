@@ -135,19 +135,42 @@ struct lane *wsq_lane_of(struct websess *s, uint32_t stream)
     return NULL;
 }
 
-struct lane *wsq_lane_add(struct websess *s, uint32_t id)
+/* A new zeroed element at the end of the array *arr of *n elements of size bytes (room for
+ * *cap: doubled from 4 when full). NULL if out of memory (nothing changed). */
+static void *array_push(void *arr, uint32_t *n, uint32_t *cap, size_t size)
 {
-    if (s->nlanes == s->cap_lanes) {
-        uint32_t cap = s->cap_lanes ? s->cap_lanes * 2 : 4;
-        struct lane *p = realloc(s->lanes, cap * sizeof *p);
+    void **a = arr;
+    if (*n == *cap) {
+        uint32_t c = *cap ? *cap * 2 : 4;
+        void *p = realloc(*a, (size_t)c * size);
         if (!p)
             return NULL;
-        s->lanes = p;
-        s->cap_lanes = cap;
+        *a = p;
+        *cap = c;
     }
-    struct lane *ln = &s->lanes[s->nlanes++];
-    memset(ln, 0, sizeof *ln);
-    ln->id = id;
+    void *e = (char *)*a + (size_t)(*n)++ * size;
+    memset(e, 0, size);
+    return e;
+}
+
+/* Removes element e of the array *arr (*n elements of size bytes): the last takes its place;
+ * the array is freed once empty. */
+static void array_remove(void *arr, uint32_t *n, uint32_t *cap, size_t size, void *e)
+{
+    void **a = arr;
+    memmove(e, (char *)*a + (size_t)--(*n) * size, size);
+    if (*n == 0) {
+        free(*a);
+        *a = NULL;
+        *cap = 0;
+    }
+}
+
+struct lane *wsq_lane_add(struct websess *s, uint32_t id)
+{
+    struct lane *ln = array_push(&s->lanes, &s->nlanes, &s->cap_lanes, sizeof *ln);
+    if (ln)
+        ln->id = id;
     return ln;
 }
 
@@ -166,12 +189,7 @@ int wsq_lane_reap(struct websess_table *t, struct websess *s, struct lane *ln)
     if (ln == &s->l0 || !(ln->closed && (ln->dropped || (!ln->downq.head && !ln->batch))))
         return 0;
     wsq_lane_clear(t, s, ln);
-    *ln = s->lanes[--s->nlanes];
-    if (s->nlanes == 0) {
-        free(s->lanes);
-        s->lanes = NULL;
-        s->cap_lanes = 0;
-    }
+    array_remove(&s->lanes, &s->nlanes, &s->cap_lanes, sizeof *ln, ln);
     return 1;
 }
 
@@ -223,17 +241,9 @@ void wsq_closed_add(struct websess_table *t, struct websess *s, uint32_t id)
 /* Adds a live stream id (room checked by the caller). NULL if out of memory. */
 struct stream *wsq_stream_add(struct websess *s, uint32_t id)
 {
-    if (s->nstreams == s->cap_streams) {
-        uint32_t cap = s->cap_streams ? s->cap_streams * 2 : 4;
-        struct stream *p = realloc(s->streams, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        s->streams = p;
-        s->cap_streams = cap;
-    }
-    struct stream *st = &s->streams[s->nstreams++];
-    memset(st, 0, sizeof *st);
-    st->id = id;
+    struct stream *st = array_push(&s->streams, &s->nstreams, &s->cap_streams, sizeof *st);
+    if (st)
+        st->id = id;
     return st;
 }
 
@@ -243,10 +253,5 @@ void wsq_stream_remove(struct websess_table *t, struct websess *s, struct stream
     wsq_queue_drop(t, s, &st->up);
     wsq_closed_add(t, s, st->id);
     atomic_fetch_sub(&t->g->streams, 1);
-    *st = s->streams[--s->nstreams];
-    if (s->nstreams == 0) {
-        free(s->streams);
-        s->streams = NULL;
-        s->cap_streams = 0;
-    }
+    array_remove(&s->streams, &s->nstreams, &s->cap_streams, sizeof *st, st);
 }
