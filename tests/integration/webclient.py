@@ -402,6 +402,10 @@ class Adapter:
                     self._q(st).append(frame(DATA, st.id, d))
                 self.lock.notify_all()
             if not d:
+                # a CLOSE ends the stream both ways (the protocol has no half-close): the
+                # server sends none back, so the app's socket closes here, once what already
+                # came down is written
+                self._down_frame(CLOSE, st.id, b"")
                 return
 
     def _take(self, q, done=lambda: False):
@@ -490,8 +494,8 @@ class Adapter:
             st.cursor = int(h["x-down-cursor"])
 
     def _lane_end(self, st):
-        """The lane ended: so did its stream (after our CLOSE the server sends none: a CLOSE
-        ends a stream both ways), so the app's socket closes once what came down is written."""
+        """The lane ended: so did its stream (a server's end without a CLOSE: the lane failed),
+        so the app's socket closes once what came down is written."""
         with self.lock:
             st.lane_done = True
             self.lock.notify_all()
@@ -592,8 +596,10 @@ class Adapter:
             with self.lock:
                 st.out.append(payload if ftype == DATA else None)
                 self.lock.notify_all()
-            if not getattr(st, "writer", None):
-                st.writer = threading.Thread(target=self._writer, args=(st,), daemon=True)
+                start = not getattr(st, "writer", None)  # the reader's CLOSE may race ours
+                if start:
+                    st.writer = threading.Thread(target=self._writer, args=(st,), daemon=True)
+            if start:
                 st.writer.start()
         elif ftype == WINDOW:
             with self.lock:
