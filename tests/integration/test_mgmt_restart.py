@@ -168,8 +168,15 @@ class Run:
                           self.rnd.randrange(10000, 60000))
 
 
-def run(procs, tmp_path, redis):
-    seed = int(os.environ.get("MTPROXY_RESTART_SEED", random.randrange(1 << 30)))
+# CI runs seed 1 (MTPROXY_RESTART_SEED=N replays N, =random draws one). With limits-store,
+# seed 27544291 fails in most runs (a usage below its floor after kill -9 during a rotate with
+# Redis restarted empty: issue 35, open; its moments depend on timing, so not every run).
+
+
+def run(procs, tmp_path, redis, seed=None):
+    env = os.environ.get("MTPROXY_RESTART_SEED", "1")
+    if seed is None:
+        seed = random.randrange(1 << 30) if env == "random" else int(env)
     r = Run(procs, tmp_path, random.Random(seed), redis)
     r.log.append(f"seed {seed}")
     end = time.monotonic() + T(25)
@@ -204,3 +211,4 @@ def test_random_restarts_with_limits_store(procs, bins, tmp_path):
     fleetlib = __import__("fleetlib")
     fleetlib.check_built_with_redis(bins)
     run(procs, tmp_path, fleetlib.Redis(procs))
+
